@@ -1,0 +1,98 @@
+"""The sampler role: a policy copy stepping a vector of envs into fixed-length fragments."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from walle_ray.batch import Rollout
+from walle_ray.config import EnvConfig, ModelConfig
+from walle_ray.envs import make_vector_env
+from walle_ray.models import make_actor_critic
+
+
+class Sampler:
+    """Steps ``env.envs_per_sampler`` envs for ``fragment_length`` steps per call to ``collect``.
+
+    Policy inference is one batched forward pass per step across the envs. The env state
+    carries over between fragments, so episodes span fragment boundaries.
+    """
+
+    def __init__(self, env_cfg: EnvConfig, model_cfg: ModelConfig, fragment_length: int,
+                 gamma: float, index: int = 0, seed: int = 0, deterministic: bool = False):
+        torch.set_num_threads(1)  # many samplers share few cores; intra-op threads only contend
+        self.index = index
+        self.fragment_length = fragment_length
+        self.gamma = gamma
+        self.deterministic = deterministic
+        self.env = make_vector_env(env_cfg)
+        self.model = make_actor_critic(self.env.observation_space, self.env.action_space,
+                                       model_cfg, env_cfg.normalize_obs)
+        self.model.eval()
+        self.version = -1
+        self.obs = self.env.reset(seed=seed + 10_007 * index)
+        self.disc_return = np.zeros(self.env.num_envs, dtype=np.float32)
+        self.total_steps = 0
+
+    def set_weights(self, weights: dict[str, np.ndarray], version: int) -> None:
+        self.model.set_weights(weights)
+        self.version = version
+
+    @torch.inference_mode()
+    def _act(self, obs: np.ndarray) -> tuple[np.ndarray, ...]:
+        params, value = self.model(torch.from_numpy(obs))
+        dist = self.model.head.dist(params)
+        action = self.model.head.mode(params) if self.deterministic else dist.sample()
+        return action.numpy(), dist.log_prob(action).numpy(), params.numpy(), value.numpy()
+
+    @torch.inference_mode()
+    def _value(self, obs: np.ndarray) -> np.ndarray:
+        return self.model(torch.from_numpy(obs))[1].numpy()
+
+    def collect(self) -> tuple[Rollout, dict]:
+        """One fragment, and stats of the episodes that ended during it."""
+        t0 = time.perf_counter()
+        T, B = self.fragment_length, self.env.num_envs
+        obs_t = np.empty((T, *self.obs.shape), dtype=self.obs.dtype)
+        reward_t = np.empty((T, B), np.float32)
+        terminated_t = np.empty((T, B), bool)
+        truncated_t = np.empty((T, B), bool)
+        logp_t = np.empty((T, B), np.float32)
+        v_t = np.empty((T, B), np.float32)
+        final_v_t = np.zeros((T, B), np.float32)
+        return_t = np.empty((T, B), np.float32)
+        action_t = dist_t = None
+        returns, lengths = [], []
+        for t in range(T):
+            action, logp, params, value = self._act(self.obs)
+            if action_t is None:
+                action_t = np.empty((T, *action.shape), action.dtype)
+                dist_t = np.empty((T, *params.shape), np.float32)
+            obs_t[t], action_t[t], logp_t[t], dist_t[t], v_t[t] = self.obs, action, logp, params, value
+            step = self.env.step(action)
+            reward_t[t], terminated_t[t], truncated_t[t] = step.reward, step.terminated, step.truncated
+            if step.truncated.any():
+                rows = np.flatnonzero(step.truncated)
+                final_v_t[t, rows] = self._value(step.final_obs[rows])
+            self.disc_return = self.disc_return * self.gamma + step.reward
+            return_t[t] = self.disc_return
+            self.disc_return[step.terminated | step.truncated] = 0.0
+            returns += step.episode_returns
+            lengths += step.episode_lengths
+            self.obs = step.obs
+        last_v = self._value(self.obs)
+        self.total_steps += T * B
+        rollout = Rollout(obs_t=obs_t, action_t=action_t, reward_t=reward_t,
+                          terminated_t=terminated_t, truncated_t=truncated_t, logp_t=logp_t,
+                          dist_t=dist_t, v_t=v_t, final_v_t=final_v_t, return_t=return_t,
+                          last_obs=self.obs.copy(), last_v=last_v, policy_version=self.version,
+                          sampler_index=self.index)
+        stats = {"sampler": self.index, "env_steps": T * B, "episode_returns": returns,
+                 "episode_lengths": lengths, "policy_version": self.version,
+                 "collect_s": time.perf_counter() - t0}
+        return rollout, stats
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,51 @@
+"""PPO: clipped surrogate (algo=ppo) or adaptive KL penalty (algo=ppo_kl), synchronous."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from omegaconf import DictConfig
+
+from walle_ray.algos.ppo.config import PPOConfig
+from walle_ray.algos.ppo.update import PPOUpdate
+from walle_ray.algos.spec import Algorithm
+from walle_ray.config import ConfigError
+
+
+def make_update(cfg: DictConfig, model, collective, device: torch.device) -> PPOUpdate:
+    return PPOUpdate(cfg.algo, model, collective, cfg.env.normalize_reward,
+                     cfg.run.total_env_steps, device)
+
+
+def validate(cfg: DictConfig) -> None:
+    a = cfg.algo
+    checks = [
+        (a.objective in ("clip", "kl_penalty"), "objective", f"got {a.objective!r}; use clip or kl_penalty"),
+        (a.lr_schedule in ("constant", "linear"), "lr_schedule", f"got {a.lr_schedule!r}; use constant or linear"),
+        (a.batch_size > 0, "batch_size", "must be positive"),
+        (a.minibatch_size > 0, "minibatch_size", "must be positive"),
+        (a.epochs > 0, "epochs", "must be positive"),
+        (a.lr > 0, "lr", "must be positive"),
+        (0 < a.gamma <= 1, "gamma", "must be in (0, 1]"),
+        (0 <= a.gae_lambda <= 1, "gae_lambda", "must be in [0, 1]"),
+        (a.clip > 0, "clip", "must be positive"),
+        (a.vf_clip is None or a.vf_clip > 0, "vf_clip", "must be positive (or null)"),
+        (a.max_grad_norm > 0, "max_grad_norm", "must be positive"),
+        (a.kl_target > 0, "kl_target", "must be positive"),
+        (a.kl_beta_init > 0, "kl_beta_init", "must be positive"),
+        (a.kl_early_stop > 1, "kl_early_stop", "must be above 1 (a multiple of kl_target)"),
+    ]
+    for ok, key, message in checks:
+        if not ok:
+            raise ConfigError(f"algo.{key}: {message}")
+
+
+def check_spaces(obs_space: gym.Space, action_space: gym.Space) -> None:
+    ok = isinstance(action_space, gym.spaces.Discrete) or (
+        isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1)
+    if not ok:
+        raise ConfigError(f"PPO needs a Discrete or 1-D Box action space; this env has {action_space}")
+
+
+PPO = Algorithm(name="ppo", config_cls=PPOConfig, loop="sync", make_update=make_update,
+                validate=validate, check_spaces=check_spaces)

@@ -1,0 +1,133 @@
+"""One PPO iteration on a learner: advantages, then minibatch epochs with synced gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from walle_ray.algos.ppo.config import PPOConfig
+from walle_ray.algos.ppo.loss import adapt_kl_beta, ppo_clip_loss, ppo_kl_loss
+from walle_ray.batch import Rollout, concat_rollouts
+from walle_ray.learners.collective import Collective
+from walle_ray.models import ActorCritic, RunningNorm
+from walle_ray.ops import gae, next_values
+
+
+class PPOUpdate:
+    """Owns the optimizer and PPO's own state (KL coefficient, reward scale)."""
+
+    def __init__(self, cfg: PPOConfig, model: ActorCritic, collective: Collective,
+                 normalize_reward: bool, total_env_steps: int, device: torch.device):
+        self.cfg = cfg
+        self.model = model
+        self.collective = collective
+        self.device = device
+        self.total_env_steps = total_env_steps
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.beta = cfg.kl_beta_init
+        self.return_norm = RunningNorm(()) if normalize_reward else None
+
+    def _lr(self, env_steps: int) -> float:
+        if self.cfg.lr_schedule == "linear":
+            return self.cfg.lr * max(0.0, 1.0 - env_steps / self.total_env_steps)
+        return self.cfg.lr
+
+    def _scaled_rewards(self, batch: Rollout) -> np.ndarray:
+        if self.return_norm is None:
+            return batch.reward_t
+        moments = self.collective.all_reduce_sum(
+            self.return_norm.moments(torch.from_numpy(batch.return_t)))
+        self.return_norm.update_from_moments(moments)
+        scale = float(torch.sqrt(self.return_norm.var + 1e-8))
+        return (batch.reward_t / scale).astype(np.float32)
+
+    def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
+        cfg = self.cfg
+        batch = concat_rollouts(rollouts)
+        reward_t = self._scaled_rewards(batch)
+        v_tp1 = next_values(batch.v_t, batch.last_v, batch.truncated_t, batch.final_v_t)
+        adv_t, target_t = gae(reward_t, batch.v_t, v_tp1, batch.terminated_t, batch.truncated_t,
+                              cfg.gamma, cfg.gae_lambda)
+        dev = self.device
+        flat = lambda x: torch.as_tensor(x.reshape(-1, *x.shape[2:])).to(dev)  # noqa: E731
+        obs, actions = flat(batch.obs_t), flat(batch.action_t)
+        old_logp, old_dist, old_v = flat(batch.logp_t), flat(batch.dist_t), flat(batch.v_t)
+        adv, target = flat(adv_t), flat(target_t)
+        lr = self._lr(env_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        n = obs.shape[0]
+        mb = min(cfg.minibatch_size, n)
+        sums: dict[str, float] = {}
+        steps = 0
+        epochs_done = 0
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(n, device=dev)
+            epoch_kl = []
+            for start in range(0, n - mb + 1, mb):
+                idx = perm[start:start + mb]
+                terms = self._step(obs[idx], actions[idx], old_logp[idx], old_dist[idx],
+                                   old_v[idx], adv[idx], target[idx])
+                epoch_kl.append(terms.get("kl", terms.get("approx_kl")))
+                for k, v in terms.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                steps += 1
+            epochs_done += 1
+            kl = self.collective.all_reduce_mean(torch.tensor([float(np.mean(epoch_kl))]))[0].item()
+            if cfg.objective == "kl_penalty" and kl > cfg.kl_early_stop * cfg.kl_target:
+                break
+        metrics = {k: v / steps for k, v in sums.items()}
+        if cfg.objective == "kl_penalty":
+            metrics["kl_beta"] = self.beta
+            self.beta = adapt_kl_beta(self.beta, kl, cfg.kl_target)
+        self._update_obs_norm(batch)
+        var_y = float(np.var(target_t))
+        metrics.update(lr=lr, epochs=epochs_done, grad_steps=steps,
+                       explained_variance=float("nan") if var_y == 0 else
+                       1.0 - float(np.var(target_t - batch.v_t)) / var_y)
+        return metrics
+
+    def _step(self, obs, actions, old_logp, old_dist, old_v, adv, target) -> dict[str, float]:
+        cfg = self.cfg
+        if cfg.normalize_advantages and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        params, v = self.model(obs)
+        dist = self.model.head.dist(params)
+        logp, entropy = dist.log_prob(actions), dist.entropy()
+        common = dict(vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, old_v=old_v, vf_clip=cfg.vf_clip)
+        if cfg.objective == "kl_penalty":
+            kl = self.model.head.kl(old_dist, params)
+            loss, terms = ppo_kl_loss(logp, old_logp, adv, kl, v, target, entropy,
+                                      beta=self.beta, **common)
+        else:
+            loss, terms = ppo_clip_loss(logp, old_logp, adv, v, target, entropy, clip=cfg.clip, **common)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        self.collective.all_reduce_grads(self.model.parameters())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        out = {k: float(v) for k, v in terms.items()}
+        out["grad_norm"] = float(grad_norm)
+        return out
+
+    @torch.no_grad()
+    def _update_obs_norm(self, batch: Rollout) -> None:
+        """After the update, so the update saw the statistics the samplers acted with."""
+        norm = self.model.obs_norm
+        if norm is None:
+            return
+        obs = torch.from_numpy(batch.obs_t.reshape(-1, *batch.obs_t.shape[2:]))
+        norm.update_from_moments(self.collective.all_reduce_sum(norm.moments(obs)))
+
+    def state_dict(self) -> dict:
+        state = {"optimizer": self.optimizer.state_dict(), "beta": self.beta}
+        if self.return_norm is not None:
+            state["return_norm"] = self.return_norm.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.beta = float(state["beta"])
+        if self.return_norm is not None and "return_norm" in state:
+            self.return_norm.load_state_dict(state["return_norm"])

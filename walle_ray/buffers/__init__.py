@@ -1,0 +1,5 @@
+"""Memory roles."""
+
+from walle_ray.buffers.fifo import FIFOMemory
+
+__all__ = ["FIFOMemory"]

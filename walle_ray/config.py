@@ -1,0 +1,169 @@
+"""Typed configuration: one dataclass per component, registered with Hydra's ConfigStore.
+
+YAML files under ``conf/`` only select and override these; a misspelled key or a value of
+the wrong type is rejected by Hydra with the key named. ``validate`` adds the range checks
+that types cannot express.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key and the fix."""
+
+
+@dataclass
+class RunConfig:
+    """Budgets, seeding, checkpointing and resumption of one run."""
+
+    seed: int = 0  # seed for envs, networks and sampling
+    total_env_steps: int = 100_000  # stop after this many env steps
+    max_wall_s: Optional[float] = None  # stop after this many seconds of wall clock
+    stop_at_return: Optional[float] = None  # stop once the windowed mean return reaches this
+    return_window: int = 20  # episodes in the mean return that is reported and compared
+    checkpoint_every: int = 25  # iterations between checkpoints (one is always written at the end)
+    resume: Optional[str] = None  # run directory to continue from its last checkpoint
+    checkpoint: Optional[str] = None  # checkpoint file for mode=eval
+    role_timeout_s: float = 600.0  # longest wait for any role's answer before the run stops
+    ray_address: Optional[str] = None  # Ray cluster to join; None: RAY_ADDRESS or a local instance
+    ray_num_cpus: Optional[int] = None  # CPUs of a local Ray instance; None: all cores
+
+
+@dataclass
+class EnvConfig:
+    """Which environment, and how each sampler steps its vector of copies."""
+
+    name: str = "cartpole"  # short name, used in run directory names
+    id: str = "CartPole-v1"  # gymnasium id; ids starting with ALE/ use ale_py.AtariVectorEnv
+    envs_per_sampler: int = 4  # environments each sampler steps as one batch
+    max_episode_steps: Optional[int] = None  # time limit; None keeps the env's own
+    normalize_obs: bool = False  # running mean/std observation normalisation in the model
+    normalize_reward: bool = False  # scale rewards by the std of the discounted return
+    kwargs: Any = field(default_factory=dict)  # extra keyword arguments for gymnasium.make
+    # Atari only (ale_py.AtariVectorEnv)
+    obs_size: int = 84  # square frame size: 84 (Nature DQN) or 42 (EasyRL)
+    frame_stack: int = 4  # frames stacked per observation
+    frame_skip: int = 4  # emulator frames per agent step
+    episodic_life: bool = False  # end an episode (for learning) at each life lost
+    repeat_action_probability: float = 0.0  # sticky actions
+    noop_max: int = 30  # random no-ops at reset
+    clip_rewards: bool = True  # learn from sign(reward); metrics keep the raw score
+    env_threads: int = 1  # C++ threads per AtariVectorEnv
+
+
+@dataclass
+class TopologyConfig:
+    """Role counts as ``<A>a<M>m<L>l[<P>p]`` or ``local``, plus optional CPU shares."""
+
+    spec: str = "2a1m1l"  # e.g. 32a4m4l; ``local`` runs every role in this process
+    sampler_cpus: Optional[float] = None  # CPUs per sampler actor; None: fit the cluster
+    learner_cpus: Optional[float] = None  # CPUs per learner actor; None: fit the cluster
+
+
+@dataclass
+class LearnerConfig:
+    """Where learners run."""
+
+    num_gpus: float = 0.0  # GPUs per learner actor; >0 fails fast when the cluster has none
+    torch_threads: int = 0  # intra-op threads of a learner; 0: its CPU share, at least 1
+    group_timeout_s: float = 120.0  # how long learners wait for each other in a collective
+
+
+@dataclass
+class ModelConfig:
+    """Network shape shared by the algorithms."""
+
+    hidden: List[int] = field(default_factory=lambda: [64, 64])  # MLP layer widths
+    activation: str = "tanh"  # tanh | relu
+    log_std_init: float = 0.0  # initial log-std of a Gaussian policy
+    ortho_init: bool = True  # orthogonal init with small policy-head gain
+
+
+@dataclass
+class LoggerConfig:
+    """Console progress and the metrics file."""
+
+    name: str = "console"  # which logger group option was chosen
+    progress: str = "auto"  # auto | line | off: live line on a TTY, periodic lines otherwise
+    print_every_s: float = 10.0  # seconds between progress lines when not on a TTY
+
+
+@dataclass
+class EvalConfig:
+    """Greedy evaluation (mode=eval)."""
+
+    episodes: int = 10  # episodes to run
+    deterministic: bool = True  # greedy actions (argmax or the Gaussian mean)
+
+
+@dataclass
+class Config:
+    """The root of every run's configuration."""
+
+    algo: Any = MISSING  # one of the algorithm configs, chosen by ``algo=<name>``
+    env: EnvConfig = field(default_factory=EnvConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    mode: str = "train"  # train | eval
+
+
+def register_configs() -> None:
+    """Register the root schema and every algorithm's schema with Hydra."""
+    from walle_ray.algos import ALGORITHMS
+
+    cs = ConfigStore.instance()
+    cs.store(name="walle_config", node=Config)
+    for name, algo in ALGORITHMS.items():
+        cs.store(group="schema/algo", name=name, node=algo.config_cls)
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Range checks that the types cannot express; raises ConfigError naming the key."""
+    from walle_ray.algos import algorithm_for
+    from walle_ray.topology import parse_topology
+
+    _require(cfg.mode in ("train", "eval"), "mode", f"got {cfg.mode!r}; use train or eval")
+    _require(cfg.run.total_env_steps > 0, "run.total_env_steps", "must be positive")
+    _require(cfg.run.max_wall_s is None or cfg.run.max_wall_s > 0, "run.max_wall_s",
+             "must be positive (or null for no limit)")
+    _require(cfg.run.return_window > 0, "run.return_window", "must be positive")
+    _require(cfg.run.role_timeout_s > 0, "run.role_timeout_s", "must be positive")
+    _require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
+    _require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")
+    _require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")
+    _require(cfg.env.frame_stack > 0, "env.frame_stack", "must be positive")
+    _require(cfg.env.frame_skip > 0, "env.frame_skip", "must be positive")
+    _require(cfg.learner.num_gpus >= 0, "learner.num_gpus", "must be zero or positive")
+    _require(cfg.model.activation in ("tanh", "relu"), "model.activation",
+             f"got {cfg.model.activation!r}; use tanh or relu")
+    _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
+             "model.hidden", "needs one or more positive layer widths")
+    _require(cfg.logger.progress in ("auto", "line", "off"), "logger.progress",
+             f"got {cfg.logger.progress!r}; use auto, line or off")
+    _require(cfg.eval.episodes > 0, "eval.episodes", "must be positive")
+    for key in ("sampler_cpus", "learner_cpus"):
+        value = cfg.topology[key]
+        _require(value is None or value > 0, f"topology.{key}", "must be positive (or null)")
+    parse_topology(cfg.topology.spec)
+    algo = algorithm_for(cfg.algo)
+    algo.validate(cfg)
+
+
+def to_container(cfg: DictConfig) -> dict:
+    """The config as plain dicts and lists (for checkpoints and metadata)."""
+    return OmegaConf.to_container(cfg, resolve=True)

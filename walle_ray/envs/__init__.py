@@ -1,0 +1,66 @@
+"""Environment factory: classic control, MuJoCo, ALE and the test envs, by gymnasium id."""
+
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+
+from walle_ray.config import ConfigError, EnvConfig
+from walle_ray.envs.base import StepResult, VectorEnv
+from walle_ray.envs.testing import register_test_envs
+
+__all__ = ["StepResult", "VectorEnv", "check_env_id", "env_spaces", "make_vector_env"]
+
+register_test_envs()
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/")
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ConfigError when no environment has this id, with close matches."""
+    if is_atari(env_id):
+        import ale_py
+        from walle_ray.envs.atari import ale_game_name
+
+        known = set(ale_py.roms.get_all_rom_ids())
+        game = ale_game_name(env_id)
+        if game not in known:
+            close = difflib.get_close_matches(game, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"env.id: unknown Atari game {env_id!r} (ROM {game!r}){hint}")
+        return
+    if env_id not in gym.envs.registry:
+        close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(
+            f"env.id: unknown environment id {env_id!r}{hint} (any registered gymnasium id "
+            "works, e.g. env.id=Acrobot-v1, or pick env=cartpole|halfcheetah|hopper|pong)")
+
+
+def make_vector_env(cfg: EnvConfig, num_envs: int | None = None) -> VectorEnv:
+    """Build the vector env of one sampler from the env config."""
+    num_envs = num_envs or cfg.envs_per_sampler
+    check_env_id(cfg.id)
+    if is_atari(cfg.id):
+        from walle_ray.envs.atari import AtariEnv
+
+        return AtariEnv(cfg.id, num_envs, obs_size=cfg.obs_size, frame_stack=cfg.frame_stack,
+                        frame_skip=cfg.frame_skip, episodic_life=cfg.episodic_life,
+                        repeat_action_probability=cfg.repeat_action_probability,
+                        noop_max=cfg.noop_max, clip_rewards=cfg.clip_rewards,
+                        max_episode_steps=cfg.max_episode_steps, threads=cfg.env_threads)
+    from walle_ray.envs.gym_vector import GymVectorEnv
+
+    return GymVectorEnv(cfg.id, num_envs, cfg.max_episode_steps, dict(cfg.kwargs or {}))
+
+
+def env_spaces(cfg: EnvConfig) -> tuple[gym.Space, gym.Space]:
+    """Observation and action space of one env, without keeping it open."""
+    env = make_vector_env(cfg, num_envs=1)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()

@@ -1,0 +1,61 @@
+"""The vector-env interface every sampler steps, and episode bookkeeping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass
+class StepResult:
+    """One step of B environments.
+
+    ``obs`` is the next observation to act on: for an env whose episode just ended it is
+    already the first observation of the next episode, and the last observation of the
+    ended episode is in ``final_obs`` (rows where ``terminated | truncated``).
+    ``reward`` is what the learner sees (clipped for Atari); finished episodes report the
+    raw score in ``episode_returns``.
+    """
+
+    obs: np.ndarray  # [B, *obs_shape]
+    reward: np.ndarray  # [B] float32
+    terminated: np.ndarray  # [B] bool, the MDP ended: no bootstrap
+    truncated: np.ndarray  # [B] bool, cut by a time limit: bootstrap from final_obs
+    final_obs: np.ndarray  # [B, *obs_shape], valid where terminated | truncated
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+
+class VectorEnv(Protocol):
+    """B copies of one environment stepped as a batch, with same-step autoreset."""
+
+    num_envs: int
+    observation_space: gym.Space  # of one env
+    action_space: gym.Space  # of one env
+
+    def reset(self, seed: int | None = None) -> np.ndarray: ...
+
+    def step(self, actions: np.ndarray) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+class EpisodeTracker:
+    """Sums raw rewards per env and reports episodes as they finish."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def update(self, raw_reward: np.ndarray, episode_over: np.ndarray) -> tuple[list, list]:
+        self.returns += raw_reward
+        self.lengths += 1
+        done = np.flatnonzero(episode_over)
+        rets = self.returns[done].tolist()
+        lens = self.lengths[done].tolist()
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        return rets, lens

@@ -1,0 +1,58 @@
+"""A plain loop over gymnasium environments with same-step autoreset."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from walle_ray.envs.base import EpisodeTracker, StepResult
+
+
+class GymVectorEnv:
+    """B gymnasium envs in one process; cheaper than gymnasium's wrappers for small B."""
+
+    def __init__(self, env_id: str, num_envs: int, max_episode_steps: int | None = None,
+                 kwargs: dict | None = None):
+        make_kwargs = dict(kwargs or {})
+        if max_episode_steps is not None:
+            make_kwargs["max_episode_steps"] = max_episode_steps
+        self.envs = [gym.make(env_id, **make_kwargs) for _ in range(num_envs)]
+        self.num_envs = num_envs
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self._box_actions = isinstance(self.action_space, gym.spaces.Box)
+        self._obs_dtype = (np.float32 if np.issubdtype(self.observation_space.dtype, np.floating)
+                           else self.observation_space.dtype)
+        self._tracker = EpisodeTracker(num_envs)
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        obs = [env.reset(seed=None if seed is None else seed + i)[0]
+               for i, env in enumerate(self.envs)]
+        if seed is not None:
+            for i, env in enumerate(self.envs):
+                env.action_space.seed(seed + i)
+        self._tracker = EpisodeTracker(self.num_envs)
+        return np.asarray(obs, dtype=self._obs_dtype)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        if self._box_actions:
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        n = self.num_envs
+        obs = np.empty((n, *self.observation_space.shape), dtype=self._obs_dtype)
+        final_obs = np.zeros_like(obs)
+        reward = np.empty(n, dtype=np.float32)
+        terminated = np.empty(n, dtype=bool)
+        truncated = np.empty(n, dtype=bool)
+        for i, env in enumerate(self.envs):
+            o, r, term, trunc, _ = env.step(actions[i])
+            reward[i], terminated[i], truncated[i] = r, term, trunc
+            if term or trunc:
+                final_obs[i] = o
+                o, _ = env.reset()
+            obs[i] = o
+        rets, lens = self._tracker.update(reward, terminated | truncated)
+        return StepResult(obs, reward, terminated, truncated, final_obs, rets, lens)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,72 @@
+"""Gradient and statistics sync between learners (torch.distributed: gloo on CPU, NCCL on GPU)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Iterable
+
+import torch
+
+
+class Collective:
+    """A group of one: every reduction is the identity."""
+
+    rank = 0
+    world_size = 1
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def all_reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Average gradients across learners so every learner takes the same step."""
+
+    def broadcast_(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Copy rank 0's tensors to every learner, in place."""
+
+    def close(self) -> None:
+        """Leave the group."""
+
+
+class TorchCollective(Collective):
+    """A torch.distributed process group formed by the learners themselves."""
+
+    def __init__(self, address: str, port: int, rank: int, world_size: int, backend: str,
+                 timeout_s: float):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank = rank
+        self.world_size = world_size
+        dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        self.dist.all_reduce(t)
+        return t
+
+    def all_reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
+        return self.all_reduce_sum(t) / self.world_size
+
+    def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])  # one collective, not one per tensor
+        self.dist.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def broadcast_(self, tensors: Iterable[torch.Tensor]) -> None:
+        for t in tensors:
+            self.dist.broadcast(t, src=0)
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()

@@ -1,0 +1,65 @@
+"""The learner role: the model, the algorithm's update and the version counter."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from walle_ray.batch import Rollout
+from walle_ray.learners.collective import Collective, TorchCollective
+from walle_ray.models import make_actor_critic
+
+
+class Learner:
+    """Owns the network and applies the configured algorithm's update to fragments."""
+
+    def __init__(self, cfg: DictConfig, obs_space, action_space, device: str = "cpu",
+                 threads: int = 1):
+        torch.set_num_threads(max(1, threads))
+        torch.manual_seed(cfg.run.seed)
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.model = make_actor_critic(obs_space, action_space, cfg.model,
+                                       cfg.env.normalize_obs).to(self.device)
+        self.collective: Collective = Collective()
+        from walle_ray.algos import algorithm_for  # algorithms import learners' collectives
+
+        self.update_rule = algorithm_for(cfg.algo).make_update(cfg, self.model, self.collective,
+                                                               self.device)
+        self.version = 0
+
+    def join_group(self, address: str, port: int, rank: int, world_size: int) -> None:
+        """Form the torch.distributed group with the other learners; rank 0's weights win."""
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        self.collective = TorchCollective(address, port, rank, world_size, backend,
+                                          self.cfg.learner.group_timeout_s)
+        self.update_rule.collective = self.collective
+        self.collective.broadcast_(list(self.model.state_dict().values()))
+
+    def weights(self) -> tuple[int, dict[str, np.ndarray]]:
+        return self.version, self.model.get_weights()
+
+    def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
+        """One algorithm update on these fragments; returns its metrics."""
+        for r in rollouts:
+            r.check()
+        self.model.train()
+        metrics = self.update_rule.update(rollouts, env_steps)
+        self.version += 1
+        lags = [self.version - 1 - r.policy_version for r in rollouts]
+        metrics.update(version=self.version, policy_lag_mean=float(np.mean(lags)),
+                       policy_lag_max=float(np.max(lags)))
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "update": self.update_rule.state_dict(),
+                "version": self.version}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.update_rule.load_state_dict(state["update"])
+        self.version = int(state["version"])
+
+    def close(self) -> None:
+        self.collective.close()

@@ -1,0 +1,1 @@
+"""Console progress and the metrics file."""

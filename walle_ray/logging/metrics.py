@@ -1,0 +1,113 @@
+"""Per-iteration metrics: the windowed return, metrics.jsonl, and the console progress line."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+
+class ReturnWindow:
+    """Mean of the last ``size`` episode returns (NaN before the first episode)."""
+
+    def __init__(self, size: int, initial: list[float] | None = None):
+        self.returns: deque[float] = deque(initial or [], maxlen=size)
+        self.lengths: deque[int] = deque(maxlen=size)
+
+    def add(self, returns: list[float], lengths: list[int]) -> None:
+        self.returns.extend(returns)
+        self.lengths.extend(lengths)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
+
+    @property
+    def mean_length(self) -> float:
+        return sum(self.lengths) / len(self.lengths) if self.lengths else float("nan")
+
+    @property
+    def full(self) -> bool:
+        return len(self.returns) == self.returns.maxlen
+
+
+class MetricsFile:
+    """Appends one JSON object per line; flushed every line so a crash loses nothing."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.file = open(self.path, "a", buffering=1)
+
+    def write(self, record: dict) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                 for k, v in record.items()}
+        self.file.write(json.dumps(clean) + "\n")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """All records of a metrics.jsonl, skipping a torn last line."""
+    records = []
+    with open(path) as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def _fmt_count(n: float) -> str:
+    for unit, div in (("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def _fmt_eta(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """One live line on a terminal (rewritten in place); a line every few seconds otherwise."""
+
+    def __init__(self, label: str, total_steps: int, mode: str = "auto", every_s: float = 10.0,
+                 stream=None):
+        self.stream = stream or sys.stdout
+        self.label = label
+        self.total = total_steps
+        self.live = mode == "auto" and self.stream.isatty()
+        self.off = mode == "off"
+        self.every_s = every_s
+        self._last = 0.0
+
+    def update(self, r: dict, force: bool = False) -> None:
+        if self.off:
+            return
+        rate = r.get("env_steps_per_s_avg") or float("nan")
+        eta = (self.total - r["env_steps"]) / rate if rate and rate > 0 else float("nan")
+        ret = r.get("return")
+        ret_text = "—" if ret is None or not math.isfinite(ret) else f"{ret:.1f}"
+        line = (f"[{self.label}] it {r['iteration']} | steps {_fmt_count(r['env_steps'])}/"
+                f"{_fmt_count(self.total)} | return {ret_text} | {_fmt_count(rate)} steps/s | "
+                f"collect {r['collect_share']:.0%} learn {r['learn_share']:.0%} | ETA {_fmt_eta(eta)}")
+        if self.live:
+            self.stream.write("\r\033[K" + line)
+            self.stream.flush()
+        elif force or time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            print(line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,112 @@
+"""Actor-critic networks: MLPs for vector observations, conv nets for Atari frames."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from walle_ray.config import ModelConfig
+from walle_ray.models.heads import ActionHead, GaussianHead, make_action_head
+from walle_ray.models.normalizer import RunningNorm
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def _init(layer: nn.Module, gain: float, ortho: bool) -> nn.Module:
+    if ortho and isinstance(layer, (nn.Linear, nn.Conv2d)):
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp(sizes: list[int], activation: str, ortho: bool, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        last = i == len(sizes) - 2
+        layers.append(_init(nn.Linear(sizes[i], sizes[i + 1]), out_gain if last else math.sqrt(2), ortho))
+        if not last:
+            layers.append(_ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class ConvTorso(nn.Module):
+    """Atari conv stack: Nature DQN for 84x84 frames, a smaller one for 42x42 (EasyRL)."""
+
+    def __init__(self, in_channels: int, size: int, ortho: bool):
+        super().__init__()
+        if size == 84:
+            convs = [(in_channels, 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)]
+        else:
+            convs = [(in_channels, 32, 4, 2), (32, 64, 4, 2), (64, 64, 3, 1)]
+        layers: list[nn.Module] = []
+        for c_in, c_out, k, s in convs:
+            layers += [_init(nn.Conv2d(c_in, c_out, k, s), math.sqrt(2), ortho), nn.ReLU()]
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, in_channels, size, size)).shape[-1]
+        self.fc = nn.Sequential(_init(nn.Linear(flat, 512), math.sqrt(2), ortho), nn.ReLU())
+        self.out_dim = 512
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(frames.float() / 255.0))
+
+
+class ActorCritic(nn.Module):
+    """Policy distribution parameters and a state value from one observation batch.
+
+    Vector observations use separate actor and critic MLPs (better for continuous control);
+    image observations share a conv torso. A Gaussian policy has a state-independent log-std.
+    """
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: ModelConfig,
+                 normalize_obs: bool = False):
+        super().__init__()
+        self.head: ActionHead = make_action_head(action_space)
+        self.obs_shape = tuple(obs_space.shape)
+        self.image = len(self.obs_shape) == 3
+        out = self.head.param_dim
+        gaussian = isinstance(self.head, GaussianHead)
+        if gaussian:
+            out = self.head.dim
+            self.log_std = nn.Parameter(torch.full((self.head.dim,), float(cfg.log_std_init)))
+        self.obs_norm = RunningNorm(self.obs_shape) if normalize_obs and not self.image else None
+        if self.image:
+            self.torso = ConvTorso(self.obs_shape[0], self.obs_shape[-1], cfg.ortho_init)
+            self.pi = _init(nn.Linear(self.torso.out_dim, out), 0.01, cfg.ortho_init)
+            self.v = _init(nn.Linear(self.torso.out_dim, 1), 1.0, cfg.ortho_init)
+        else:
+            in_dim = int(np.prod(self.obs_shape))
+            sizes = [in_dim, *cfg.hidden]
+            self.pi = _mlp([*sizes, out], cfg.activation, cfg.ortho_init, 0.01)
+            self.v = _mlp([*sizes, 1], cfg.activation, cfg.ortho_init, 1.0)
+        self.gaussian = gaussian
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [N, *obs_shape] -> (distribution params [N, D], value [N])."""
+        if self.image:
+            h = self.torso(obs)
+            params, value = self.pi(h), self.v(h)
+        else:
+            x = obs.reshape(obs.shape[0], -1).float()
+            if self.obs_norm is not None:
+                x = self.obs_norm(x)
+            params, value = self.pi(x), self.v(x)
+        if self.gaussian:
+            params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
+        return params, value.squeeze(-1)
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """State dict as numpy arrays: what travels through the Ray object store."""
+        return {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()}
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.load_state_dict({k: torch.as_tensor(np.asarray(v).copy()) for k, v in weights.items()})
+
+
+def make_actor_critic(obs_space: gym.Space, action_space: gym.Space, cfg: ModelConfig,
+                      normalize_obs: bool = False) -> ActorCritic:
+    return ActorCritic(obs_space, action_space, cfg, normalize_obs)

@@ -1,0 +1,63 @@
+"""Checkpoints: state dicts only, written atomically, read with ``weights_only=True``."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+
+import walle_ray
+
+FORMAT = "walle_ray.checkpoint/1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, corrupt or from something else; the message says which."""
+
+
+def save_checkpoint(path: Path, payload: dict) -> Path:
+    """Write to a temporary file, fsync, then rename: a crash mid-write keeps the old file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    payload = {"format": FORMAT, "walle_ray_version": walle_ray.__version__, **payload}
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: Path) -> dict:
+    """Load and sanity-check a checkpoint written by ``save_checkpoint``."""
+    path = Path(path)
+    if path.is_dir():
+        path = latest_checkpoint(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError,
+            OSError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+            "it is truncated, corrupt or not a walle_ray checkpoint") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a walle_ray checkpoint (format {FORMAT})")
+    for key in ("learner", "counters", "config"):
+        if key not in payload:
+            raise CheckpointError(f"checkpoint {path} lacks {key!r}; it is incomplete")
+    return payload
+
+
+def latest_checkpoint(run_dir: Path) -> Path:
+    """The ``last.pt`` of a run directory (or of its checkpoints/ folder)."""
+    run_dir = Path(run_dir)
+    for candidate in (run_dir / "checkpoints" / "last.pt", run_dir / "last.pt"):
+        if candidate.is_file():
+            return candidate
+    raise CheckpointError(f"no checkpoint in {run_dir} (looked for checkpoints/last.pt)")

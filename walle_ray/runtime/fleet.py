@@ -1,0 +1,141 @@
+"""The set of role instances of one run, in this process (``local``) or as Ray actors.
+
+Both fleets offer the same calls, so the driver loop is written once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+from omegaconf import DictConfig
+
+from walle_ray.actors import ParameterServer, Sampler
+from walle_ray.buffers import FIFOMemory
+from walle_ray.learners import Learner
+from walle_ray.topology import ResourcePlan, Topology
+
+
+class RoleTimeout(RuntimeError):
+    """A role did not answer in time; the message names it."""
+
+
+def fragment_length(cfg: DictConfig, topo: Topology) -> int:
+    """Steps per env per fragment so that one round of all samplers fills ``algo.batch_size``."""
+    return max(1, math.ceil(cfg.algo.batch_size / (topo.samplers * cfg.env.envs_per_sampler)))
+
+
+def _sampler_args(cfg: DictConfig, topo: Topology, i: int) -> tuple:
+    return (cfg.env, cfg.model, fragment_length(cfg, topo), cfg.algo.gamma, i, cfg.run.seed)
+
+
+class LocalFleet:
+    """Every role in the driver process; the reference the Ray fleet is tested against."""
+
+    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+                 action_space: gym.Space):
+        self.topo = topo
+        self.samplers = [Sampler(*_sampler_args(cfg, topo, i)) for i in range(topo.samplers)]
+        self.memories = [FIFOMemory(capacity=2 * topo.samplers) for _ in range(topo.memories)]
+        self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
+        self.ps = ParameterServer()
+
+    def publish(self) -> None:
+        self.ps.publish(*self.learner.weights())
+
+    def collect(self) -> list[dict]:
+        stats = []
+        for i, sampler in enumerate(self.samplers):
+            latest = self.ps.latest(sampler.version)
+            if latest is not None:
+                sampler.set_weights(latest[1], latest[0])
+            rollout, s = sampler.collect()
+            self.memories[self.topo.memory_of_sampler(i)].put(rollout)
+            stats.append(s)
+        return stats
+
+    def learn(self, env_steps: int) -> dict:
+        rollouts = [r for m in self.memories for r in m.take()]
+        return self.learner.update(rollouts, env_steps)
+
+    def learner_state(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_learner_state(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+
+    def shutdown(self) -> None:
+        for s in self.samplers:
+            s.close()
+
+
+class RayFleet:
+    """Samplers, memories, learners and a parameter server as named Ray actors."""
+
+    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+                 action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
+        import ray
+
+        from walle_ray.runtime import remote
+
+        self.ray = ray
+        self.topo = topo
+        self.timeout_s = timeout_s
+        threads = cfg.learner.torch_threads or max(1, int(plan.learner_cpus))
+        device = "cuda" if plan.learner_gpus > 0 else "cpu"
+        self.learners = [
+            remote.RemoteLearner.options(name=f"walle/learner-{j}", num_cpus=plan.learner_cpus,
+                                         num_gpus=plan.learner_gpus).remote(
+                cfg, obs_space, action_space, device=device, threads=threads)
+            for j in range(topo.learners)]
+        self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
+                   if topo.param_servers else None)
+        source = self.ps or self.learners[0]
+        self.memories = [
+            remote.RemoteMemory.options(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus).remote(
+                capacity=2 * topo.samplers)
+            for k in range(topo.memories)]
+        self.samplers = [
+            remote.RemoteSampler.options(name=f"walle/sampler-{i}", num_cpus=plan.sampler_cpus).remote(
+                source, *_sampler_args(cfg, topo, i))
+            for i in range(topo.samplers)]
+        if topo.learners > 1:
+            address, port = self._get(self.learners[0].group_address.remote(), "learner-0")
+            self._get([lr.join_group.remote(address, port, j, topo.learners)
+                       for j, lr in enumerate(self.learners)], "learners (forming their group)")
+
+    def _get(self, refs, role: str, timeout_s: float | None = None):
+        try:
+            return self.ray.get(refs, timeout=timeout_s or self.timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            raise RoleTimeout(f"{role} did not answer within {timeout_s or self.timeout_s:.0f} s "
+                              "(run.role_timeout_s)") from None
+
+    def publish(self) -> None:
+        self._get(self.learners[0].publish.remote(self.ps), "learner-0 (publishing weights)")
+
+    def collect(self) -> list[dict]:
+        outs = [s.collect.remote() for s in self.samplers]
+        puts = [self.memories[self.topo.memory_of_sampler(i)].put.remote([rollout])
+                for i, (rollout, _) in enumerate(outs)]
+        stats = self._get([s for _, s in outs], "samplers")
+        if not all(self._get(puts, "memories")):
+            raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
+        return stats
+
+    def learn(self, env_steps: int) -> dict:
+        calls = [lr.learn.remote([self.memories[k] for k in self.topo.memories_of_learner(j)], env_steps)
+                 for j, lr in enumerate(self.learners)]
+        return self._get(calls, "learners")[0]
+
+    def learner_state(self) -> dict:
+        return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
+
+    def load_learner_state(self, state: dict) -> None:
+        ref = self.ray.put(state)
+        self._get([lr.load_state_dict.remote(ref) for lr in self.learners], "learners (loading state)")
+
+    def shutdown(self) -> None:
+        for handle in [*self.samplers, *self.memories, *self.learners, self.ps]:
+            if handle is not None:
+                self.ray.kill(handle)

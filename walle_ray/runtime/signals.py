@@ -1,0 +1,35 @@
+"""Ctrl-C and SIGTERM ask the run to stop cleanly: checkpoint, metrics, then exit."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+class StopSignals:
+    """The first SIGINT/SIGTERM sets ``requested``; a second SIGINT interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested: int | None = None
+        self._previous = {}
+
+    def __enter__(self) -> "StopSignals":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signum
+        name = signal.Signals(signum).name
+        print(f"\nwalle_ray: {name} received; finishing this iteration, then writing a checkpoint "
+              "(press Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.requested if self.requested is not None else 0

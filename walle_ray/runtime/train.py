@@ -1,0 +1,112 @@
+"""The driver of a training run: build the roles, loop, log, checkpoint, stop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from walle_ray.algos import algorithm_for
+from walle_ray.config import ConfigError, to_container, validate
+from walle_ray.envs import env_spaces
+from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow
+from walle_ray.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from walle_ray.runtime.signals import StopSignals
+from walle_ray.runtime.sync_loop import run_sync
+from walle_ray.topology import parse_topology, plan_resources
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    counters: dict
+    stopped_by: str  # budget | wall | return | signal
+    exit_code: int
+
+
+def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
+    old = ckpt["config"]
+    if old.get("env", {}).get("id") != cfg.env.id:
+        raise CheckpointError(f"checkpoint in {path} was trained on env {old['env']['id']!r}, "
+                              f"not {cfg.env.id!r}")
+
+
+def make_fleet(cfg: DictConfig, topo, obs_space, action_space):
+    """A LocalFleet for ``topology=local``, else Ray actors placed by the resource plan."""
+    from walle_ray.runtime.fleet import LocalFleet, RayFleet
+    from walle_ray.runtime.ray_init import check_gpus, cluster_resources, start_ray
+
+    if topo.local:
+        if cfg.learner.num_gpus > 0:
+            raise ConfigError("learner.num_gpus: topology=local runs on this process's CPU; "
+                              "use a Ray topology such as 1a1m1l to place a learner on a GPU")
+        return LocalFleet(cfg, topo, obs_space, action_space)
+    start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace="walle_ray")
+    cpus, gpus = cluster_resources()
+    check_gpus(topo.learners, cfg.learner.num_gpus, gpus)
+    plan = plan_resources(topo, cpus, cfg.learner.num_gpus, cfg.topology.sampler_cpus,
+                          cfg.topology.learner_cpus)
+    return RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
+
+
+def train(cfg: DictConfig, run_dir: Path) -> RunResult:
+    """Train until a budget runs out or a signal arrives; always leave a checkpoint behind."""
+    validate(cfg)
+    topo = parse_topology(cfg.topology.spec)
+    algo = algorithm_for(cfg.algo)
+    obs_space, action_space = env_spaces(cfg.env)
+    algo.check_spaces(obs_space, action_space)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = None
+    if cfg.run.resume:
+        ckpt = load_checkpoint(Path(cfg.run.resume))
+        _check_resume(cfg, ckpt, cfg.run.resume)
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    torch.manual_seed(cfg.run.seed)
+
+    counters = dict(ckpt["counters"]) if ckpt else {
+        "env_steps": 0, "iterations": 0, "episodes": 0, "wall_s": 0.0, "recent_returns": []}
+    label = f"{cfg.algo.name} {cfg.env.name} {topo}"
+    print(f"walle_ray: {label}: run directory {run_dir.resolve()}", flush=True)
+    fleet = make_fleet(cfg, topo, obs_space, action_space)
+    if ckpt:
+        try:
+            fleet.load_learner_state(ckpt["learner"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {cfg.run.resume} does not fit this model "
+                                  f"({str(exc).splitlines()[0]})") from None
+        print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
+              f"iteration {counters['iterations']}", flush=True)
+
+    metrics = MetricsFile(run_dir / "metrics.jsonl")
+    window = ReturnWindow(cfg.run.return_window, counters.get("recent_returns"))
+    progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
+    state = {"counters": counters, "last_saved_iteration": counters["iterations"]}
+
+    def checkpoint() -> None:
+        counters["recent_returns"] = list(window.returns)
+        save_checkpoint(run_dir / "checkpoints" / "last.pt",
+                        {"learner": fleet.learner_state(), "counters": counters,
+                         "config": to_container(cfg)})
+        state["last_saved_iteration"] = counters["iterations"]
+
+    stopped_by = "error"
+    with StopSignals() as signals:
+        try:
+            loop = {"sync": run_sync}[algo.loop]
+            stopped_by = loop(cfg, fleet, counters, window, metrics, progress, signals, checkpoint)
+        finally:
+            progress.close()
+            try:
+                if counters["iterations"] > state["last_saved_iteration"] or not (
+                        run_dir / "checkpoints" / "last.pt").exists():
+                    checkpoint()
+            finally:
+                metrics.close()
+                fleet.shutdown()
+    print(f"walle_ray: {label}: stopped ({stopped_by}) at {counters['env_steps']} env steps; "
+          f"return {window.mean:.2f}; results in {run_dir.resolve()}", flush=True)
+    return RunResult(run_dir, counters, stopped_by, signals.exit_code)

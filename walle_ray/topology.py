@@ -1,0 +1,111 @@
+"""Topology strings such as ``32a4m4l`` and the resource plan that places them.
+
+Grammar: ``<A>a<M>m<L>l[<P>p]``: A samplers (actors), M memories, L learners and optionally
+P parameter servers (0 or 1; with 0 the newest weights live in learner 0's process). The
+word ``local`` runs every role in the driver process, without Ray actors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from walle_ray.config import ConfigError
+
+GRAMMAR = (
+    "a topology is '<A>a<M>m<L>l[<P>p]' with whole numbers A, M, L >= 1 and P in {0, 1}, "
+    "e.g. 32a4m4l (32 samplers, 4 memories, 4 learners) or 4a8m1l1p; or 'local' for one process"
+)
+_PATTERN = re.compile(r"^(\d+)a(\d+)m(\d+)l(?:(\d+)p)?$")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How many of each role a run starts."""
+
+    samplers: int
+    memories: int
+    learners: int
+    param_servers: int = 1
+    local: bool = False
+
+    def __str__(self) -> str:
+        if self.local:
+            return "local"
+        return f"{self.samplers}a{self.memories}m{self.learners}l{self.param_servers}p"
+
+    def memories_of_learner(self, j: int) -> list[int]:
+        """Learner j reads memories j, j+L, j+2L, ... (each memory has exactly one reader)."""
+        return list(range(j, self.memories, self.learners))
+
+    def memory_of_sampler(self, i: int) -> int:
+        """Sampler i writes to memory i mod M."""
+        return i % self.memories
+
+
+def parse_topology(spec: str) -> Topology:
+    """Parse a topology string; raises ConfigError that shows the grammar."""
+    text = str(spec).strip().lower()
+    if text == "local":
+        return Topology(samplers=1, memories=1, learners=1, param_servers=0, local=True)
+    match = _PATTERN.match(text)
+    if not match:
+        raise ConfigError(f"topology {spec!r} is malformed: {GRAMMAR}")
+    a, m, l_, p = (int(g) if g is not None else None for g in match.groups())
+    p = 1 if p is None else p
+    if a < 1 or m < 1 or l_ < 1:
+        raise ConfigError(f"topology {spec!r} needs at least one of each role: {GRAMMAR}")
+    if p > 1:
+        raise ConfigError(f"topology {spec!r} asks for {p} parameter servers; use 0 or 1: {GRAMMAR}")
+    if m < l_:
+        raise ConfigError(
+            f"topology {spec!r} has {l_} learners but only {m} memories; every learner reads "
+            f"at least one memory, so use M >= L (e.g. {a}a{l_}m{l_}l)")
+    return Topology(samplers=a, memories=m, learners=l_, param_servers=p)
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """Logical CPUs and GPUs each actor asks Ray for."""
+
+    sampler_cpus: float
+    memory_cpus: float
+    learner_cpus: float
+    learner_gpus: float
+    ps_cpus: float
+
+    def total_cpus(self, topo: Topology) -> float:
+        return (topo.samplers * self.sampler_cpus + topo.memories * self.memory_cpus
+                + topo.learners * self.learner_cpus + topo.param_servers * self.ps_cpus)
+
+
+def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.0,
+                   sampler_cpus: float | None = None,
+                   learner_cpus: float | None = None) -> ResourcePlan:
+    """Fit every role into ``cluster_cpus`` logical CPUs with fractional shares.
+
+    Learners get up to one CPU each but at most half the cluster between them; samplers
+    share what is left, up to one CPU each. Memories and the parameter server mostly wait on
+    I/O and get a small fixed share. Explicit shares override the fit.
+    """
+    small = 0.01
+    io_cpus = small * (topo.memories + topo.param_servers)
+    if learner_cpus is None:
+        learner_cpus = min(1.0, 0.5 * cluster_cpus / topo.learners)
+    if sampler_cpus is None:
+        left = cluster_cpus - io_cpus - topo.learners * learner_cpus
+        sampler_cpus = min(1.0, left / topo.samplers)
+    # Ray accepts fractions to 1e-4; round down so the sum never exceeds the cluster.
+    plan = ResourcePlan(
+        sampler_cpus=_floor4(sampler_cpus), memory_cpus=small,
+        learner_cpus=_floor4(learner_cpus), learner_gpus=learner_gpus, ps_cpus=small)
+    if plan.sampler_cpus <= 0 or plan.learner_cpus <= 0:
+        raise ConfigError(
+            f"topology {topo} does not fit in {cluster_cpus:g} CPUs with the shares asked for "
+            f"(sampler {sampler_cpus:g}, learner {learner_cpus:g}); lower topology.sampler_cpus "
+            "or topology.learner_cpus, or leave them unset to fit automatically")
+    return plan
+
+
+def _floor4(x: float) -> float:
+    return int(x * 10_000) / 10_000
