@@ -20,6 +20,9 @@ class Collective:
     def all_reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         return t
 
+    def all_reduce_min(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
     def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Average gradients across learners so every learner takes the same step."""
 
@@ -50,6 +53,11 @@ class TorchCollective(Collective):
 
     def all_reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         return self.all_reduce_sum(t) / self.world_size
+
+    def all_reduce_min(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
+        return t
 
     def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
         grads = [p.grad for p in params if p.grad is not None]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
-import zipfile
 from pathlib import Path
 
 import torch
@@ -24,11 +22,14 @@ def save_checkpoint(path: Path, payload: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     payload = {"format": FORMAT, "walle_ray_version": walle_ray.__version__, **payload}
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -41,10 +42,9 @@ def load_checkpoint(path: Path) -> dict:
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError,
-            OSError) as exc:
+    except Exception as exc:  # a damaged file can fail anywhere inside torch's reader
         raise CheckpointError(
-            f"checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+            f"checkpoint {path} cannot be read ({type(exc).__name__}: {first_line(exc)}); "
             "it is truncated, corrupt or not a walle_ray checkpoint") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} is not a walle_ray checkpoint (format {FORMAT})")
@@ -61,3 +61,8 @@ def latest_checkpoint(run_dir: Path) -> Path:
         if candidate.is_file():
             return candidate
     raise CheckpointError(f"no checkpoint in {run_dir} (looked for checkpoints/last.pt)")
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else "no detail"

@@ -12,7 +12,8 @@ from walle_ray.algos import algorithm_for
 from walle_ray.config import ConfigError, to_container, validate
 from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow
-from walle_ray.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
+                                          save_checkpoint)
 from walle_ray.runtime.signals import StopSignals
 from walle_ray.runtime.sync_loop import run_sync
 from walle_ray.topology import parse_topology, plan_resources
@@ -77,7 +78,7 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
             fleet.load_learner_state(ckpt["learner"])
         except (RuntimeError, KeyError, ValueError) as exc:
             raise CheckpointError(f"checkpoint {cfg.run.resume} does not fit this model "
-                                  f"({str(exc).splitlines()[0]})") from None
+                                  f"({first_line(exc)})") from None
         print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
               f"iteration {counters['iterations']}", flush=True)
 

@@ -23,7 +23,8 @@ class PPOUpdate:
         self.collective = collective
         self.device = device
         self.total_env_steps = total_env_steps
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps,
+                                          foreach=True)
         self.beta = cfg.kl_beta_init
         self.return_norm = RunningNorm(()) if normalize_reward else None
 
@@ -58,14 +59,18 @@ class PPOUpdate:
             group["lr"] = lr
 
         n = obs.shape[0]
-        mb = min(cfg.minibatch_size, n)
+        # Every learner must take the same number of steps (each one all-reduces), so they
+        # agree on the count; a learner holding more rows uses larger minibatches.
+        per_epoch = max(1, n // cfg.minibatch_size)
+        per_epoch = int(self.collective.all_reduce_min(torch.tensor([per_epoch]))[0])
+        mb = n // per_epoch
         sums: dict[str, float] = {}
         steps = 0
         epochs_done = 0
         for _ in range(cfg.epochs):
             perm = torch.randperm(n, device=dev)
             epoch_kl = []
-            for start in range(0, n - mb + 1, mb):
+            for start in range(0, per_epoch * mb, mb):
                 idx = perm[start:start + mb]
                 terms = self._step(obs[idx], actions[idx], old_logp[idx], old_dist[idx],
                                    old_v[idx], adv[idx], target[idx])

@@ -1,0 +1,184 @@
+"""Sampling overhead: env steps/s of one Ray sampler against a bare loop doing the same work.
+
+    python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah] [--rounds 50]
+                                           [--repeats 5] [--fragment-length 128]
+
+Three ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
+``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
+sampled actions with their log-probabilities):
+
+  bare     a plain gymnasium loop over the envs with batched inference, in this process and
+           without walle_ray's sampler or env code;
+  sampler  ``Sampler.collect()`` in this process: the framework without Ray;
+  fleet    one ``RemoteSampler`` actor (num_cpus=1) pulling weights from a
+           ``RemoteParameterServer``; this driver fetches whole fragments back to back, so
+           Ray round trips and fragment transfer count.
+
+Each is timed over ``--rounds`` fragments, ``--repeats`` times in interleaved order; the
+medians are compared. Writes benchmarks/results/sampling_overhead[_<env>].json.
+
+Target: overhead = 1 - fleet / bare under 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import ray
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from common import ROOT, write_result
+from walle_ray.actors import Sampler
+from walle_ray.config import EnvConfig, ModelConfig
+from walle_ray.envs import env_spaces
+from walle_ray.models import ActorCritic, make_actor_critic
+from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
+
+TARGET_OVERHEAD = 0.10
+GAMMA = 0.99
+
+
+def load_env_cfg(name: str) -> DictConfig:
+    """The env group option ``env=<name>`` as the CLI would compose it."""
+    return OmegaConf.merge(OmegaConf.structured(EnvConfig),
+                           OmegaConf.load(ROOT / "conf" / "env" / f"{name}.yaml"))
+
+
+class BareLoop:
+    """What any sampler minimally does: step B gymnasium envs on batched policy samples."""
+
+    def __init__(self, env_cfg: DictConfig, model: ActorCritic, seed: int):
+        self.model = model
+        self.envs = [gym.make(env_cfg.id, **dict(env_cfg.kwargs or {}))
+                     for _ in range(env_cfg.envs_per_sampler)]
+        self.obs = np.stack([env.reset(seed=seed + i)[0]
+                             for i, env in enumerate(self.envs)]).astype(np.float32)
+        space = self.envs[0].action_space
+        self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+
+    @torch.inference_mode()
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            params, _value = self.model(torch.from_numpy(self.obs))
+            dist = self.model.head.dist(params)
+            action = dist.sample()
+            dist.log_prob(action)
+            actions = action.numpy()
+            if self.bounds is not None:
+                actions = np.clip(actions, *self.bounds)
+            for i, env in enumerate(self.envs):
+                obs, _reward, terminated, truncated, _ = env.step(actions[i])
+                if terminated or truncated:
+                    obs, _ = env.reset()
+                self.obs[i] = obs
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def steps_per_s(fn, rounds: int, steps_per_round: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        fn()
+    return rounds * steps_per_round / (time.perf_counter() - t0)
+
+
+def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args):
+    """A parameter server holding ``weights`` as version 0, and one sampler actor reading it."""
+    ps = RemoteParameterServer.options(num_cpus=0.01).remote()
+    ray.get(ps.publish.remote(0, [ray.put(weights)]))
+    worker = RemoteSampler.options(num_cpus=1).remote(
+        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+    return ps, worker
+
+
+def fetch_fragment(worker) -> None:
+    """One fragment end to end: the collect call, then both results into this process."""
+    rollout_ref, stats_ref = worker.collect.remote()
+    ray.get([rollout_ref, stats_ref])
+
+
+def measure(env_cfg: DictConfig, args) -> dict[str, list[float]]:
+    """Env steps/s of each way to collect, one value per repeat."""
+    model_cfg = OmegaConf.structured(ModelConfig())
+    obs_space, action_space = env_spaces(env_cfg)
+    torch.manual_seed(args.seed)
+    model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
+    weights = model.get_weights()
+
+    bare = BareLoop(env_cfg, model, args.seed)
+    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+    sampler.set_weights(weights, 0)
+    ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
+    ways = {"bare": lambda: bare.run(args.fragment_length),
+            "sampler": sampler.collect,
+            "fleet": lambda: fetch_fragment(worker)}
+    per_round = args.fragment_length * env_cfg.envs_per_sampler
+    rates: dict[str, list[float]] = {name: [] for name in ways}
+    try:
+        for fn in ways.values():  # warm-up; for the fleet it also waits for the actor to start
+            fn()
+        for _ in range(args.repeats):
+            for name, fn in ways.items():
+                rates[name].append(steps_per_s(fn, args.rounds, per_round))
+    finally:
+        ray.kill(worker)
+        ray.kill(ps)
+        bare.close()
+        sampler.close()
+    return rates
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", choices=("cartpole", "halfcheetah"), default="cartpole",
+                   help="env group option from conf/env")
+    p.add_argument("--fragment-length", type=int, default=128,
+                   help="steps per env per fragment (128: CartPole's preset with 2 samplers)")
+    p.add_argument("--rounds", type=int, default=50, help="fragments per timed measurement")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved measurements per way")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dry-run", action="store_true", help="print the result instead of writing it")
+    args = p.parse_args()
+
+    torch.set_num_threads(1)  # the same single inference thread a sampler uses
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    env_cfg = load_env_cfg(args.env)
+    rates = measure(env_cfg, args)
+    ray.shutdown()
+
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    overhead = 1 - median["fleet"] / median["bare"]
+    for name, value in median.items():
+        print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
+    print(f"overhead {overhead:.1%}")
+    result = {
+        "command": shlex.join(["python", *sys.argv]),
+        "target": {"overhead_below": TARGET_OVERHEAD},
+        "setup": {"env_id": env_cfg.id, "envs_per_sampler": env_cfg.envs_per_sampler,
+                  "fragment_length": args.fragment_length, "rounds": args.rounds,
+                  "repeats": args.repeats, "model": "ModelConfig defaults", "torch_threads": 1},
+        "env_steps_per_s": rates,
+        "env_steps_per_s_median": median,
+        "overhead": overhead,
+        "overhead_sampler_in_process": 1 - median["sampler"] / median["bare"],
+        "met_target": overhead < TARGET_OVERHEAD,
+    }
+    name = "sampling_overhead" if args.env == "cartpole" else f"sampling_overhead_{args.env}"
+    if args.dry_run:
+        print(json.dumps(result, indent=2))
+    else:
+        write_result(name, result)
+
+
+if __name__ == "__main__":
+    main()

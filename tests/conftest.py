@@ -1,0 +1,44 @@
+"""Shared fixtures: composed configs, one Ray instance for the session, CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from walle_ray.__main__ import CONF_DIR
+from walle_ray.config import register_configs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_cfg(*overrides: str):
+    """The config ``python -m walle_ray <overrides>`` would run with."""
+    register_configs()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, namespace="walle_ray_tests",
+             logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def run_cli(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the real command line; returns the finished process with its output."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "walle_ray", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+                             f"stderr:\n{proc.stderr[-3000:]}")
+    return proc

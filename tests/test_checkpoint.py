@@ -1,0 +1,69 @@
+"""Checkpoints are atomic, and anything but a whole walle_ray checkpoint is refused clearly."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from walle_ray.runtime import checkpoint as ckpt
+from walle_ray.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+PAYLOAD = {"learner": {"model": {"w": torch.arange(2000.0)}, "version": 3},
+           "counters": {"env_steps": 10}, "config": {"env": {"id": "CartPole-v1"}}}
+
+
+def test_round_trip(tmp_path):
+    path = save_checkpoint(tmp_path / "checkpoints" / "last.pt", PAYLOAD)
+    loaded = load_checkpoint(tmp_path)  # a run directory finds checkpoints/last.pt
+    assert torch.equal(loaded["learner"]["model"]["w"], PAYLOAD["learner"]["model"]["w"])
+    assert loaded["counters"] == {"env_steps": 10} and loaded["walle_ray_version"]
+    assert path.name == "last.pt" and not list(path.parent.glob(".*tmp*"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(fraction=st.floats(0.0, 0.999))
+def test_truncated_files_are_refused(tmp_path_factory, fraction):
+    tmp = tmp_path_factory.mktemp("trunc")
+    data = save_checkpoint(tmp / "good.pt", PAYLOAD).read_bytes()
+    bad = tmp / "bad.pt"
+    bad.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(CheckpointError, match="bad.pt"):
+        load_checkpoint(bad)
+
+
+def test_foreign_files_are_refused(tmp_path):
+    torch.save({"model": {}}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a walle_ray checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    (tmp_path / "text.pt").write_text("hello")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_checkpoint(tmp_path / "text.pt")
+    (tmp_path / "empty_run").mkdir()
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "empty_run")
+
+
+def test_pickled_code_is_not_executed(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (exec, ("raise SystemExit('ran')",))
+
+    import pickle
+
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps({"format": ckpt.FORMAT, "x": Evil()}))
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "evil.pt")
+
+
+def test_crash_mid_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = save_checkpoint(tmp_path / "last.pt", PAYLOAD)
+
+    def crash(obj, f, *a, **k):
+        f.write(b"partial")
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(ckpt.torch, "save", crash)
+    with pytest.raises(OSError):
+        save_checkpoint(path, {**PAYLOAD, "counters": {"env_steps": 99}})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["counters"] == {"env_steps": 10}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left

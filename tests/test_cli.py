@@ -1,0 +1,99 @@
+"""The real command line: help, composed config, smoke runs (local and Ray), resume, eval, errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+TINY = ["algo.batch_size=256", "algo.minibatch_size=64", "algo.epochs=2", "run.stop_at_return=null",
+        "logger.progress=line", "run.checkpoint_every=2"]
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_help_lists_groups_and_options():
+    out = run_cli("--help").stdout
+    for text in ("algo: ppo, ppo_kl", "env: cartpole, halfcheetah, hopper, pong", "32a4m4l", "local"):
+        assert text in out
+
+
+def test_cfg_job_prints_the_composed_config():
+    out = run_cli("--cfg", "job", "env=halfcheetah", "topology=12a3m2l").stdout
+    assert "id: HalfCheetah-v5" in out and "spec: 12a3m2l" in out and "hidden:" in out
+
+
+@pytest.mark.parametrize("topology", ["local", "2a1m1l"])
+def test_smoke_run_writes_metrics_and_checkpoint_and_resumes(tmp_path, topology):
+    run_dir = tmp_path / "run"
+    out = run_cli(f"topology={topology}", "run.total_env_steps=1024", f"hydra.run.dir={run_dir}",
+                  *TINY).stdout
+    assert f"results in {run_dir}" in out
+    first = metrics(run_dir)
+    assert [m["env_steps"] for m in first] == [256, 512, 768, 1024]
+    for key in ("return", "collect_s", "learn_s", "collect_share", "learn_share", "env_steps_per_s",
+                "episodes", "learn/policy_loss"):
+        assert key in first[-1]
+    assert (run_dir / "checkpoints" / "last.pt").is_file() and (run_dir / "config.yaml").is_file()
+
+    out = run_cli(f"run.resume={run_dir}", "run.total_env_steps=1536").stdout
+    assert "resumed at 1024 env steps" in out
+    resumed = metrics(run_dir)[len(first):]
+    assert [m["env_steps"] for m in resumed] == [1280, 1536]
+    assert [m["iteration"] for m in resumed] == [5, 6]
+
+    ev = run_cli("mode=eval", f"run.checkpoint={run_dir}/checkpoints/last.pt", "eval.episodes=3",
+                 f"hydra.run.dir={tmp_path}/eval").stdout
+    assert "eval CartPole-v1: 3 episodes, return" in ev and "±" in ev
+
+
+@pytest.mark.parametrize("args,message", [
+    (["env.id=NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
+    (["topology=4a1m"], "'<A>a<M>m<L>l[<P>p]'"),
+    (["algo.gamma=2"], "algo.gamma: must be in (0, 1]"),
+    (["mode=eval", "run.checkpoint=/nonexistent.pt"], "does not exist"),
+    (["learner.num_gpus=1", "topology=local"], "learner.num_gpus"),
+])
+def test_bad_input_is_a_clear_error_not_a_traceback(args, message):
+    proc = run_cli(*args, "hydra.run.dir=/tmp/walle_ray_bad_input", check=False, timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_gpus_missing_from_the_cluster_fail_fast(tmp_path):
+    t0 = time.monotonic()
+    proc = run_cli("learner.num_gpus=1", "topology=1a1m1l", f"hydra.run.dir={tmp_path}", check=False)
+    assert proc.returncode == 2 and "the Ray cluster has 0" in proc.stderr
+    assert time.monotonic() - t0 < 90
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_writes_checkpoint_and_metrics_then_exits(tmp_path, sig):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "walle_ray", "topology=2a1m1l", "run.total_env_steps=10000000",
+         f"hydra.run.dir={run_dir}", *TINY], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+            (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 3):
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.stdout.read()
+    proc.send_signal(sig)
+    t0 = time.monotonic()
+    out, _ = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 128 + sig, out
+    assert "stopped (signal)" in out
+    last = metrics(run_dir)[-1]
+    from walle_ray.runtime.checkpoint import load_checkpoint
+
+    assert load_checkpoint(run_dir)["counters"]["env_steps"] == last["env_steps"]

@@ -1,0 +1,63 @@
+"""Config composition: typos and wrong types are errors that name the key."""
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from walle_ray.config import ConfigError, validate
+from walle_ray.runtime.args import rewrite_args
+from walle_ray.__main__ import CONF_DIR
+
+from conftest import make_cfg
+
+
+def test_default_config_composes_and_validates():
+    cfg = make_cfg()
+    validate(cfg)
+    assert cfg.algo.name == "ppo" and cfg.env.id == "CartPole-v1"
+    assert cfg.topology.spec == "2a1m1l"
+
+
+def test_presets_apply_per_algorithm_and_env():
+    cfg = make_cfg("env=halfcheetah")
+    assert list(cfg.model.hidden) == [256, 256] and cfg.algo.epochs == 20
+    assert make_cfg("env=halfcheetah", "algo.epochs=3").algo.epochs == 3  # overrides win
+
+
+@pytest.mark.parametrize("override,key", [
+    ("algo.lrr=1", "algo.lrr"), ("run.total_env_step=5", "run.total_env_step"),
+    ("env.envs_per_sampler=many", "env.envs_per_sampler"), ("algo.lr=fast", "algo.lr"),
+])
+def test_typos_and_wrong_types_name_the_key(override, key):
+    with pytest.raises(ConfigCompositionException) as err:
+        make_cfg(override)
+    text = str(err.value) + str(err.value.__cause__)
+    assert key in text
+
+
+@pytest.mark.parametrize("override,key", [
+    ("run.total_env_steps=0", "run.total_env_steps"), ("env.envs_per_sampler=0", "env.envs_per_sampler"),
+    ("algo.gamma=1.5", "algo.gamma"), ("algo.objective=trust", "algo.objective"),
+    ("env.obs_size=64", "env.obs_size"), ("topology.spec=3x", "topology"),
+    ("algo.minibatch_size=-1", "algo.minibatch_size"), ("mode=play", "mode"),
+])
+def test_out_of_range_values_name_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        validate(make_cfg(override))
+    assert str(err.value).startswith(key)
+
+
+def test_any_topology_string_is_accepted_on_the_command_line():
+    args = rewrite_args(["topology=12a3m2l", "algo=ppo"], CONF_DIR)
+    assert args == ["topology.spec=12a3m2l", "algo=ppo"]
+    assert rewrite_args(["topology=32a4m4l"], CONF_DIR) == ["topology=32a4m4l"]
+    assert make_cfg(*args).topology.spec == "12a3m2l"
+
+
+def test_resume_reuses_the_runs_overrides(tmp_path):
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text(
+        OmegaConf.to_yaml(OmegaConf.create(["env=halfcheetah", "run.total_env_steps=10"])))
+    args = rewrite_args([f"run.resume={tmp_path}", "run.total_env_steps=20"], CONF_DIR)
+    assert args == ["env=halfcheetah", f"run.resume={tmp_path}", "run.total_env_steps=20",
+                    f"hydra.run.dir={tmp_path}"]

@@ -1,0 +1,125 @@
+"""Roles stepped by hand: sampler on a counting env, memory, parameter server, normaliser."""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from walle_ray.actors import ParameterServer, Sampler
+from walle_ray.batch import concat_rollouts
+from walle_ray.buffers import FIFOMemory
+from walle_ray.config import EnvConfig, ModelConfig
+from walle_ray.models import RunningNorm, make_actor_critic
+
+LENGTH = 5
+
+
+def counting(truncate=False, envs=2):
+    return OmegaConf.structured(EnvConfig(name="counting", id="walle/Counting-v0", envs_per_sampler=envs,
+                                          kwargs={"length": LENGTH, "truncate": truncate}))
+
+
+def make_sampler(truncate=False, T=7, envs=2):
+    return Sampler(counting(truncate, envs), OmegaConf.structured(ModelConfig()), fragment_length=T,
+                   gamma=0.5, index=0, seed=0)
+
+
+def test_fragment_shapes_and_contents():
+    s = make_sampler()
+    s.set_weights(s.model.get_weights(), version=3)
+    r, stats = s.collect()
+    r.check()
+    T, B = 7, 2
+    assert r.obs_t.shape == (T, B, 1) and r.action_t.shape == (T, B) and r.dist_t.shape == (T, B, 2)
+    assert r.last_obs.shape == (B, 1) and r.last_v.shape == (B,)
+    assert r.policy_version == 3 and stats["policy_version"] == 3
+    # observations count up within an episode and start again after its last step
+    np.testing.assert_array_equal(r.obs_t[:, 0, 0], [0, 1, 2, 3, 4, 0, 1])
+    np.testing.assert_array_equal(r.terminated_t[:, 0], [0, 0, 0, 0, 1, 0, 0])
+    assert not r.truncated_t.any() and (r.final_v_t == 0).all()
+    assert (r.reward_t == 1).all()
+    assert stats["episode_returns"] == [LENGTH, LENGTH] and stats["episode_lengths"] == [LENGTH] * 2
+    # discounted running return restarts with each episode
+    np.testing.assert_allclose(r.return_t[:, 0], [1, 1.5, 1.75, 1.875, 1.9375, 1, 1.5])
+    logp = torch.log_softmax(torch.from_numpy(r.dist_t), -1).gather(
+        -1, torch.from_numpy(r.action_t)[..., None])[..., 0]
+    np.testing.assert_allclose(r.logp_t, logp.numpy(), rtol=1e-5)
+
+
+def test_episodes_continue_across_fragments():
+    s = make_sampler(T=3)
+    first, _ = s.collect()
+    second, _ = s.collect()
+    np.testing.assert_array_equal(second.obs_t[0], first.last_obs)
+    np.testing.assert_array_equal(second.obs_t[:, 1, 0], [3, 4, 0])
+
+
+def test_truncation_records_the_value_of_the_final_observation():
+    s = make_sampler(truncate=True)
+    r, _ = s.collect()
+    assert r.truncated_t[4].all() and not r.terminated_t.any()
+    with torch.no_grad():
+        v_final = s.model(torch.tensor([[float(LENGTH)]]))[1].item()
+    np.testing.assert_allclose(r.final_v_t[4], [v_final, v_final], rtol=1e-5)
+    assert (r.final_v_t[[0, 1, 2, 3, 5, 6]] == 0).all()
+
+
+def test_concat_joins_along_envs():
+    s = make_sampler()
+    a, _ = s.collect()
+    b, _ = s.collect()
+    joined = concat_rollouts([a, b])
+    joined.check()
+    assert joined.obs_t.shape == (7, 4, 1) and joined.last_v.shape == (4,)
+
+
+def test_fifo_memory_is_bounded_and_ordered():
+    m = FIFOMemory(capacity=2)
+    assert m.put("a") and m.put("b") and not m.put("c")
+    assert m.stats() == {"depth": 2, "capacity": 2, "dropped": 1}
+    assert m.take(1) == ["a"] and m.take() == ["b"] and m.take() == []
+
+
+def test_parameter_server_serves_only_newer_weights():
+    ps = ParameterServer()
+    assert ps.latest() is None
+    ps.publish(1, "w1")
+    assert ps.latest(-1) == (1, "w1") and ps.latest(1) is None
+    ps.publish(0, "stale")
+    assert ps.latest(0) == (1, "w1")
+
+
+def test_running_norm_matches_numpy_over_batches():
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(1000, 4))
+    norm = RunningNorm((4,))
+    for chunk in np.split(data, 10):
+        norm.update_from_moments(norm.moments(torch.from_numpy(chunk)))
+    np.testing.assert_allclose(norm.mean.numpy(), data.mean(0), rtol=1e-4)
+    np.testing.assert_allclose(norm.var.numpy(), data.var(0), rtol=1e-3)
+
+
+def test_gaussian_policy_has_state_independent_log_std():
+    import gymnasium as gym
+
+    model = make_actor_critic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)),
+                              OmegaConf.structured(ModelConfig(log_std_init=-0.5)))
+    params, v = model(torch.randn(5, 3))
+    assert params.shape == (5, 4) and v.shape == (5,)
+    assert torch.allclose(params[:, 2:], torch.full((5, 2), -0.5))
+
+
+def test_sampler_worker_pulls_published_weights(ray_session):
+    from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
+
+    ray = ray_session
+    ps = RemoteParameterServer.remote()
+    worker = RemoteSampler.options(num_cpus=0.1).remote(
+        ps, counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0)
+    weights = make_sampler().model.get_weights()
+    ray.get(ps.publish.remote(7, [ray.put(weights)]))
+    rollout_ref, stats_ref = worker.collect.remote()
+    rollout, stats = ray.get([rollout_ref, stats_ref], timeout=60)
+    assert rollout.policy_version == 7 and stats["env_steps"] == 8
+    ray.kill(worker)
+    ray.kill(ps)

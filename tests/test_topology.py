@@ -1,0 +1,57 @@
+"""Topology strings, the resource plan, and their error messages."""
+
+import pytest
+
+from walle_ray.config import ConfigError
+from walle_ray.topology import parse_topology, plan_resources
+
+
+@pytest.mark.parametrize("spec,counts", [
+    ("32a4m4l", (32, 4, 4, 1)), ("4a8m1l", (4, 8, 1, 1)), ("12a3m2l", (12, 3, 2, 1)),
+    ("8a2m2l0p", (8, 2, 2, 0)), ("1a1m1l1p", (1, 1, 1, 1)), (" 4A1M1L ", (4, 1, 1, 1)),
+])
+def test_valid_strings(spec, counts):
+    t = parse_topology(spec)
+    assert (t.samplers, t.memories, t.learners, t.param_servers) == counts
+    assert not t.local
+
+
+def test_local_runs_one_of_each_in_process():
+    t = parse_topology("local")
+    assert t.local and (t.samplers, t.memories, t.learners) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    ("4a1m", "malformed"), ("a1m1l", "malformed"), ("4x1m1l", "malformed"), ("", "malformed"),
+    ("0a1m1l", "at least one"), ("4a0m1l", "at least one"), ("4a1m1l2p", "0 or 1"),
+    ("4a1m2l", "M >= L"), ("-1a1m1l", "malformed"),
+])
+def test_invalid_strings_show_the_grammar(spec, fragment):
+    with pytest.raises(ConfigError) as err:
+        parse_topology(spec)
+    assert fragment in str(err.value)
+    assert "<A>a<M>m<L>l[<P>p]" in str(err.value) or "M >= L" in str(err.value)
+
+
+def test_memories_split_evenly_between_learners():
+    t = parse_topology("12a3m2l")
+    assert t.memories_of_learner(0) == [0, 2] and t.memories_of_learner(1) == [1]
+    assert [t.memory_of_sampler(i) for i in range(4)] == [0, 1, 2, 0]
+
+
+@pytest.mark.parametrize("spec", ["32a4m4l", "16a2m2l", "4a8m1l", "2a1m1l", "64a8m8l"])
+def test_any_topology_fits_two_cpus(spec):
+    t = parse_topology(spec)
+    plan = plan_resources(t, cluster_cpus=2)
+    assert plan.total_cpus(t) <= 2.0 + 1e-9
+    assert plan.sampler_cpus > 0 and plan.learner_cpus > 0
+
+
+def test_gpus_per_learner_are_carried_into_the_plan():
+    plan = plan_resources(parse_topology("8a2m2l"), cluster_cpus=16, learner_gpus=1)
+    assert plan.learner_gpus == 1 and plan.learner_cpus == 1.0
+
+
+def test_shares_that_cannot_fit_are_refused():
+    with pytest.raises(ConfigError, match="does not fit"):
+        plan_resources(parse_topology("4a1m1l"), cluster_cpus=2, learner_cpus=2.5)
