@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from common import ROOT, write_result
-from walle_ray.actors import Sampler
+from walle_ray.actors.sampler import Sampler
 from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.envs import env_spaces
 from walle_ray.models import ActorCritic, make_actor_critic
@@ -86,6 +86,7 @@ class BareLoop:
 
 
 def steps_per_s(fn, rounds: int, steps_per_round: int) -> float:
+    """Env steps per second of ``rounds`` back-to-back calls of ``fn``."""
     t0 = time.perf_counter()
     for _ in range(rounds):
         fn()

@@ -5,9 +5,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from walle_ray.actors import ParameterServer, Sampler
+from walle_ray.actors.param_server import ParameterServer
+from walle_ray.actors.sampler import Sampler
 from walle_ray.batch import concat_rollouts
-from walle_ray.buffers import FIFOMemory
+from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.models import RunningNorm, make_actor_critic
 

@@ -1,6 +1,5 @@
-"""Sampler and parameter-server roles, as plain classes."""
+"""Sampler and parameter-server roles, as plain classes.
 
-from walle_ray.actors.param_server import ParameterServer
-from walle_ray.actors.sampler import Sampler
-
-__all__ = ["ParameterServer", "Sampler"]
+Import them from their modules (``walle_ray.actors.sampler``, ``walle_ray.actors.param_server``):
+a parameter-server process then never loads torch or the environments.
+"""

@@ -1,5 +1,1 @@
-"""Memory roles."""
-
-from walle_ray.buffers.fifo import FIFOMemory
-
-__all__ = ["FIFOMemory"]
+"""Memory roles (``walle_ray.buffers.fifo``), importable without torch."""

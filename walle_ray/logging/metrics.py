@@ -35,11 +35,14 @@ class ReturnWindow:
 
 
 class MetricsFile:
-    """Appends one JSON object per line; flushed every line so a crash loses nothing."""
+    """One JSON object per line, flushed every line so a crash loses nothing.
 
-    def __init__(self, path: Path):
+    A new run starts the file afresh; a resumed run appends to it.
+    """
+
+    def __init__(self, path: Path, append: bool = False):
         self.path = Path(path)
-        self.file = open(self.path, "a", buffering=1)
+        self.file = open(self.path, "a" if append else "w", buffering=1)
 
     def write(self, record: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)

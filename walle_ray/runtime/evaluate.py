@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from walle_ray.actors import Sampler
+from walle_ray.actors.sampler import Sampler
 from walle_ray.config import ConfigError
 from walle_ray.runtime.checkpoint import load_checkpoint
 

@@ -10,8 +10,9 @@ import math
 import gymnasium as gym
 from omegaconf import DictConfig
 
-from walle_ray.actors import ParameterServer, Sampler
-from walle_ray.buffers import FIFOMemory
+from walle_ray.actors.param_server import ParameterServer
+from walle_ray.actors.sampler import Sampler
+from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
 from walle_ray.topology import ResourcePlan, Topology
 

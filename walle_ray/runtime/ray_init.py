@@ -18,7 +18,7 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
-    kwargs = dict(namespace=namespace, logging_level=logging.WARNING, log_to_driver=True)
+    kwargs = dict(namespace=namespace, logging_level=logging.ERROR, log_to_driver=True)
     if address:
         ray.init(address=address, **kwargs)
     else:

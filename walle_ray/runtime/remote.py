@@ -10,8 +10,9 @@ import socket
 
 import ray
 
-from walle_ray.actors import ParameterServer, Sampler
-from walle_ray.buffers import FIFOMemory
+from walle_ray.actors.param_server import ParameterServer
+from walle_ray.actors.sampler import Sampler
+from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
 
 
@@ -82,5 +83,7 @@ class LearnerWorker:
 
 RemoteSampler = ray.remote(SamplerWorker)
 RemoteLearner = ray.remote(LearnerWorker)
+# Defined from their own light modules, so memory and parameter-server processes import
+# neither torch nor the environments.
 RemoteMemory = ray.remote(FIFOMemory)
 RemoteParameterServer = ray.remote(ParameterServer)

@@ -82,7 +82,7 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
         print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
               f"iteration {counters['iterations']}", flush=True)
 
-    metrics = MetricsFile(run_dir / "metrics.jsonl")
+    metrics = MetricsFile(run_dir / "metrics.jsonl", append=ckpt is not None)
     window = ReturnWindow(cfg.run.return_window, counters.get("recent_returns"))
     progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
     state = {"counters": counters, "last_saved_iteration": counters["iterations"]}
