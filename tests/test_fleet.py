@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from walle_ray.envs import env_spaces
-from walle_ray.runtime.fleet import LocalFleet, RayFleet, fragment_length
+from walle_ray.algos.ppo import fragment_length
+from walle_ray.runtime.fleet import LocalFleet, RayFleet
 from walle_ray.topology import parse_topology, plan_resources
 
 from conftest import make_cfg

@@ -33,7 +33,7 @@ def test_fragment_shapes_and_contents():
     T, B = 7, 2
     assert r.obs_t.shape == (T, B, 1) and r.action_t.shape == (T, B) and r.dist_t.shape == (T, B, 2)
     assert r.last_obs.shape == (B, 1) and r.last_v.shape == (B,)
-    assert r.policy_version == 3 and stats["policy_version"] == 3
+    assert (r.version_b == 3).all() and stats["policy_version"] == 3
     # observations count up within an episode and start again after its last step
     np.testing.assert_array_equal(r.obs_t[:, 0, 0], [0, 1, 2, 3, 4, 0, 1])
     np.testing.assert_array_equal(r.terminated_t[:, 0], [0, 0, 0, 0, 1, 0, 0])
@@ -72,6 +72,10 @@ def test_concat_joins_along_envs():
     joined = concat_rollouts([a, b])
     joined.check()
     assert joined.obs_t.shape == (7, 4, 1) and joined.last_v.shape == (4,)
+    assert joined.version_b.shape == (4,)
+    row = joined.rows([2])
+    row.check()
+    np.testing.assert_array_equal(row.obs_t[:, 0], b.obs_t[:, 0])
 
 
 def test_fifo_memory_is_bounded_and_ordered():
@@ -121,6 +125,6 @@ def test_sampler_worker_pulls_published_weights(ray_session):
     ray.get(ps.publish.remote(7, [ray.put(weights)]))
     rollout_ref, stats_ref = worker.collect.remote()
     rollout, stats = ray.get([rollout_ref, stats_ref], timeout=60)
-    assert rollout.policy_version == 7 and stats["env_steps"] == 8
+    assert (rollout.version_b == 7).all() and stats["env_steps"] == 8
     ray.kill(worker)
     ray.kill(ps)

@@ -26,8 +26,8 @@ class Rollout:
     return_t: np.ndarray  # [T, B] float32 running discounted return (for reward scaling)
     last_obs: np.ndarray  # [B, *obs_shape] observation after the fragment (for bootstrapping)
     last_v: np.ndarray  # [B] float32 behaviour value of last_obs
-    policy_version: int  # version of the weights that acted
-    sampler_index: int = 0  # which sampler produced it
+    version_b: np.ndarray  # [B] int64 version of the weights that acted, per row
+    replayed_b: np.ndarray  # [B] bool, the row came from a replay buffer (not the on-policy queue)
 
     @property
     def num_steps(self) -> int:
@@ -38,24 +38,24 @@ class Rollout:
         t, b = self.reward_t.shape
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, np.ndarray):
-                continue
-            lead = value.shape[:1] if f.name.startswith("last_") else value.shape[:2]
-            want = (b,) if f.name.startswith("last_") else (t, b)
-            if lead != want:
+            want = (b,) if f.name in ROW_FIELDS else (t, b)
+            if value.shape[: len(want)] != want:
                 raise ValueError(f"Rollout.{f.name} has shape {value.shape}, expected {want} first")
+
+    def rows(self, index) -> "Rollout":
+        """The rows (env columns) ``index`` selects: a slice gives views, a list gives copies."""
+        return Rollout(**{f.name: getattr(self, f.name)[index] if f.name in ROW_FIELDS
+                          else getattr(self, f.name)[:, index] for f in fields(self)})
+
+
+# Fields whose leading axis is B (one value per row) rather than [T, B].
+ROW_FIELDS = frozenset({"last_obs", "last_v", "version_b", "replayed_b"})
 
 
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
     """Join fragments of equal length along the env axis B."""
     if len(rollouts) == 1:
         return rollouts[0]
-    joined = {}
-    for f in fields(Rollout):
-        values = [getattr(r, f.name) for r in rollouts]
-        if isinstance(values[0], np.ndarray):
-            axis = 0 if f.name.startswith("last_") else 1
-            joined[f.name] = np.concatenate(values, axis=axis)
-    joined["policy_version"] = min(r.policy_version for r in rollouts)
-    joined["sampler_index"] = -1
-    return Rollout(**joined)
+    return Rollout(**{f.name: np.concatenate([getattr(r, f.name) for r in rollouts],
+                                             axis=0 if f.name in ROW_FIELDS else 1)
+                      for f in fields(Rollout)})

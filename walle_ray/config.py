@@ -30,6 +30,7 @@ class RunConfig:
     checkpoint_every: int = 25  # iterations between checkpoints (one is always written at the end)
     resume: Optional[str] = None  # run directory to continue from its last checkpoint
     checkpoint: Optional[str] = None  # checkpoint file for mode=eval
+    report_every_s: float = 5.0  # seconds between metrics records of asynchronous algorithms
     role_timeout_s: float = 600.0  # longest wait for any role's answer before the run stops
     ray_address: Optional[str] = None  # Ray cluster to join; None: RAY_ADDRESS or a local instance
     ray_num_cpus: Optional[int] = None  # CPUs of a local Ray instance; None: all cores
@@ -142,6 +143,7 @@ def validate(cfg: DictConfig) -> None:
     _require(cfg.run.max_wall_s is None or cfg.run.max_wall_s > 0, "run.max_wall_s",
              "must be positive (or null for no limit)")
     _require(cfg.run.return_window > 0, "run.return_window", "must be positive")
+    _require(cfg.run.report_every_s > 0, "run.report_every_s", "must be positive")
     _require(cfg.run.role_timeout_s > 0, "run.role_timeout_s", "must be positive")
     _require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
     _require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")

@@ -87,8 +87,9 @@ class Sampler:
         rollout = Rollout(obs_t=obs_t, action_t=action_t, reward_t=reward_t,
                           terminated_t=terminated_t, truncated_t=truncated_t, logp_t=logp_t,
                           dist_t=dist_t, v_t=v_t, final_v_t=final_v_t, return_t=return_t,
-                          last_obs=self.obs.copy(), last_v=last_v, policy_version=self.version,
-                          sampler_index=self.index)
+                          last_obs=self.obs.copy(), last_v=last_v,
+                          version_b=np.full(B, self.version, np.int64),
+                          replayed_b=np.zeros(B, bool))
         stats = {"sampler": self.index, "env_steps": T * B, "episode_returns": returns,
                  "episode_lengths": lengths, "policy_version": self.version,
                  "collect_s": time.perf_counter() - t0}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from walle_ray.algos.impala import IMPALA
 from walle_ray.algos.ppo import PPO
 from walle_ray.algos.spec import Algorithm
 from walle_ray.config import ConfigError
 
-ALGORITHMS: dict[str, Algorithm] = {PPO.name: PPO}
+ALGORITHMS: dict[str, Algorithm] = {algo.name: algo for algo in (PPO, IMPALA)}
 
 
 def algorithm_for(algo_cfg: DictConfig) -> Algorithm:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from omegaconf import DictConfig
@@ -9,6 +11,10 @@ from omegaconf import DictConfig
 from walle_ray.batch import Rollout
 from walle_ray.learners.collective import Collective, TorchCollective
 from walle_ray.models import make_actor_critic
+
+
+# Batches arrive as read-only numpy views of the Ray object store; learners only read them.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 
 class Learner:
@@ -47,9 +53,9 @@ class Learner:
         self.model.train()
         metrics = self.update_rule.update(rollouts, env_steps)
         self.version += 1
-        lags = [self.version - 1 - r.policy_version for r in rollouts]
-        metrics.update(version=self.version, policy_lag_mean=float(np.mean(lags)),
-                       policy_lag_max=float(np.max(lags)))
+        lags = np.concatenate([self.version - 1 - r.version_b for r in rollouts])
+        metrics.update(version=self.version, policy_lag_mean=float(lags.mean()),
+                       policy_lag_max=float(lags.max()))
         return metrics
 
     def state_dict(self) -> dict:

@@ -100,9 +100,13 @@ class Progress:
         eta = (self.total - r["env_steps"]) / rate if rate and rate > 0 else float("nan")
         ret = r.get("return")
         ret_text = "—" if ret is None or not math.isfinite(ret) else f"{ret:.1f}"
+        if "updates_per_s" in r:  # asynchronous: learner rate and policy lag
+            detail = f"{r['updates_per_s']:.1f} updates/s | lag {r['policy_lag_mean']:.1f}"
+        else:  # synchronous: WALL-E's collection vs learning split
+            detail = f"collect {r['collect_share']:.0%} learn {r['learn_share']:.0%}"
         line = (f"[{self.label}] it {r['iteration']} | steps {_fmt_count(r['env_steps'])}/"
                 f"{_fmt_count(self.total)} | return {ret_text} | {_fmt_count(rate)} steps/s | "
-                f"collect {r['collect_share']:.0%} learn {r['learn_share']:.0%} | ETA {_fmt_eta(eta)}")
+                f"{detail} | ETA {_fmt_eta(eta)}")
         if self.live:
             self.stream.write("\r\033[K" + line)
             self.stream.flush()

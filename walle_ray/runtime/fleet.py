@@ -5,12 +5,11 @@ Both fleets offer the same calls, so the driver loop is written once.
 
 from __future__ import annotations
 
-import math
-
 import gymnasium as gym
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from walle_ray.actors.param_server import ParameterServer
+from walle_ray.algos import algorithm_for
 from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
@@ -21,13 +20,36 @@ class RoleTimeout(RuntimeError):
     """A role did not answer in time; the message names it."""
 
 
-def fragment_length(cfg: DictConfig, topo: Topology) -> int:
-    """Steps per env per fragment so that one round of all samplers fills ``algo.batch_size``."""
-    return max(1, math.ceil(cfg.algo.batch_size / (topo.samplers * cfg.env.envs_per_sampler)))
+def sampler_args(cfg: DictConfig, topo: Topology, i: int) -> tuple:
+    """Constructor arguments of sampler i."""
+    length = algorithm_for(cfg.algo).fragment_length(cfg, topo)
+    # Plain dataclasses, not config nodes: a node pickles the whole config tree with it.
+    env, model = OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model)
+    return (env, model, length, cfg.algo.gamma, i, cfg.run.seed)
 
 
-def _sampler_args(cfg: DictConfig, topo: Topology, i: int) -> tuple:
-    return (cfg.env, cfg.model, fragment_length(cfg, topo), cfg.algo.gamma, i, cfg.run.seed)
+def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_space: gym.Space,
+                  plan: ResourcePlan, timeout_s: float) -> list:
+    """Learner actors; with several, they form their torch.distributed group before returning."""
+    import ray
+
+    from walle_ray.runtime import remote
+
+    threads = cfg.learner.torch_threads or max(1, int(plan.learner_cpus))
+    device = "cuda" if plan.learner_gpus > 0 else "cpu"
+    learners = [
+        remote.RemoteLearner.options(name=f"walle/learner-{j}", num_cpus=plan.learner_cpus,
+                                     num_gpus=plan.learner_gpus).remote(
+            cfg, obs_space, action_space, device=device, threads=threads)
+        for j in range(topo.learners)]
+    if topo.learners > 1:
+        try:
+            address, port = ray.get(learners[0].group_address.remote(), timeout=timeout_s)
+            ray.get([lr.join_group.remote(address, port, j, topo.learners)
+                     for j, lr in enumerate(learners)], timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RoleTimeout(f"learners did not form their group within {timeout_s:.0f} s") from None
+    return learners
 
 
 class LocalFleet:
@@ -36,7 +58,7 @@ class LocalFleet:
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         self.topo = topo
-        self.samplers = [Sampler(*_sampler_args(cfg, topo, i)) for i in range(topo.samplers)]
+        self.samplers = [Sampler(*sampler_args(cfg, topo, i)) for i in range(topo.samplers)]
         self.memories = [FIFOMemory(capacity=2 * topo.samplers) for _ in range(topo.memories)]
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
@@ -82,13 +104,7 @@ class RayFleet:
         self.ray = ray
         self.topo = topo
         self.timeout_s = timeout_s
-        threads = cfg.learner.torch_threads or max(1, int(plan.learner_cpus))
-        device = "cuda" if plan.learner_gpus > 0 else "cpu"
-        self.learners = [
-            remote.RemoteLearner.options(name=f"walle/learner-{j}", num_cpus=plan.learner_cpus,
-                                         num_gpus=plan.learner_gpus).remote(
-                cfg, obs_space, action_space, device=device, threads=threads)
-            for j in range(topo.learners)]
+        self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
         source = self.ps or self.learners[0]
@@ -98,12 +114,8 @@ class RayFleet:
             for k in range(topo.memories)]
         self.samplers = [
             remote.RemoteSampler.options(name=f"walle/sampler-{i}", num_cpus=plan.sampler_cpus).remote(
-                source, *_sampler_args(cfg, topo, i))
+                source, *sampler_args(cfg, topo, i))
             for i in range(topo.samplers)]
-        if topo.learners > 1:
-            address, port = self._get(self.learners[0].group_address.remote(), "learner-0")
-            self._get([lr.join_group.remote(address, port, j, topo.learners)
-                       for j, lr in enumerate(self.learners)], "learners (forming their group)")
 
     def _get(self, refs, role: str, timeout_s: float | None = None):
         try:

@@ -7,20 +7,29 @@ read zero-copy where they are used.
 from __future__ import annotations
 
 import socket
+import time
+from collections import deque
 
 import ray
+import torch
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
+from walle_ray.runtime.memory_worker import AsyncMemoryWorker
 from walle_ray.learners import Learner
 
 
 class SamplerWorker:
-    """A Sampler that pulls newer weights from the parameter server before each fragment."""
+    """A Sampler that pulls newer weights from the parameter server before each fragment.
 
-    def __init__(self, weights_source, *sampler_args, **sampler_kwargs):
+    Synchronous algorithms call ``collect`` and route the fragment themselves; asynchronous
+    ones call ``run``, which pushes fragments into ``memory`` and waits while it is full.
+    """
+
+    def __init__(self, weights_source, *sampler_args, memory=None, **sampler_kwargs):
         self.source = weights_source
+        self.memory = memory
         self.sampler = Sampler(*sampler_args, **sampler_kwargs)
 
     def _pull(self) -> None:
@@ -34,6 +43,26 @@ class SamplerWorker:
         self._pull()
         return self.sampler.collect()
 
+    def run(self, num_fragments: int) -> dict:
+        """Collect fragments into the memory, one put in flight so collection overlaps it."""
+        total = {"env_steps": 0, "episode_returns": [], "episode_lengths": [], "collect_s": 0.0,
+                 "put_wait_s": 0.0, "fragments": 0}
+        pending = None
+        for _ in range(num_fragments):
+            self._pull()
+            rollout, stats = self.sampler.collect()
+            if pending is not None:
+                total["put_wait_s"] += ray.get(pending)
+            pending = self.memory.put.remote(rollout)
+            for key in ("env_steps", "collect_s"):
+                total[key] += stats[key]
+            total["episode_returns"] += stats["episode_returns"]
+            total["episode_lengths"] += stats["episode_lengths"]
+            total["fragments"] += 1
+            total["policy_version"] = stats["policy_version"]
+        total["put_wait_s"] += ray.get(pending)
+        return total
+
 
 class LearnerWorker:
     """A Learner that reads fragments from its memories and publishes weights by reference.
@@ -44,6 +73,61 @@ class LearnerWorker:
     def __init__(self, *learner_args, **learner_kwargs):
         self.learner = Learner(*learner_args, **learner_kwargs)
         self.ps = ParameterServer()
+        self.memories: list = []
+        self.publish_to = None
+        self.publishes = False
+        self.inflight: deque = deque()
+        self.held = None  # a batch this learner got while another learner got none
+        self.next_memory = 0
+
+    def attach(self, memories: list, publish_to=None, publishes: bool = False, prefetch: int = 2) -> None:
+        """Asynchronous mode: the memories this learner reads, and whether it publishes weights
+        (learner 0 does) to ``publish_to`` (the parameter server, or itself when None)."""
+        self.memories, self.publish_to, self.publishes = memories, publish_to, publishes
+        self.prefetch = prefetch
+
+    def _next_batch(self):
+        """The next batch from the requests in flight (topped up first); None if it timed out."""
+        if self.held is not None:
+            batch, self.held = self.held, None
+            return batch
+        while len(self.inflight) < self.prefetch * len(self.memories):
+            memory = self.memories[self.next_memory % len(self.memories)]
+            self.next_memory += 1
+            self.inflight.append(memory.sample.remote())
+        return ray.get(self.inflight.popleft())
+
+    def train(self, num_updates: int, env_steps: int) -> dict:
+        """Up to ``num_updates`` updates on batches pulled from the memories; averaged
+        metrics plus timings. Returns early when data stops coming (e.g. while the run
+        stops), so the actor stays free to answer; all learners stop at the same update."""
+        sums: dict[str, float] = {}
+        wait_s = 0.0
+        lag_max = 0.0
+        rows = 0
+        done = 0
+        t_start = time.perf_counter()
+        for _ in range(num_updates):
+            t0 = time.perf_counter()
+            batch = self._next_batch()
+            wait_s += time.perf_counter() - t0
+            everyone = self.learner.collective.all_reduce_min(torch.tensor([float(batch is not None)]))
+            if not everyone.item():
+                self.held = batch  # keep it for the next call
+                break
+            metrics = self.learner.update([batch], env_steps)
+            done += 1
+            rows += batch.num_steps
+            lag_max = max(lag_max, metrics.pop("policy_lag_max"))
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+            if self.publishes:
+                self.publish(self.publish_to, wait=False)
+        out = {k: v / done for k, v in sums.items()} if done else {}
+        out.update(version=self.learner.version, policy_lag_max=lag_max, updates=done,
+                   env_steps_consumed=rows, batch_wait_s=wait_s,
+                   train_s=time.perf_counter() - t_start)
+        return out
 
     def group_address(self) -> tuple[str, int]:
         with socket.socket() as s:
@@ -59,13 +143,15 @@ class LearnerWorker:
         refs = [box[0] for items in taken for box in items]
         return self.learner.update(ray.get(refs), env_steps)
 
-    def publish(self, ps=None) -> int:
+    def publish(self, ps=None, wait: bool = True) -> int:
         version, weights = self.learner.weights()
         box = [ray.put(weights)]
         if ps is None:
             self.ps.publish(version, box)
-        else:
+        elif wait:
             ray.get(ps.publish.remote(version, box))
+        else:
+            ps.publish.remote(version, box)  # calls from one caller stay in order
         return version
 
     def latest(self, have_version: int = -1):
@@ -86,4 +172,5 @@ RemoteLearner = ray.remote(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.
 RemoteMemory = ray.remote(FIFOMemory)
+RemoteAsyncMemory = ray.remote(AsyncMemoryWorker)
 RemoteParameterServer = ray.remote(ParameterServer)

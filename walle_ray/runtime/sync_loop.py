@@ -7,7 +7,7 @@ import time
 from omegaconf import DictConfig
 
 
-def _stop_reason(cfg: DictConfig, counters: dict, window, started: float, signals) -> str | None:
+def stop_reason(cfg: DictConfig, counters: dict, window, started: float, signals) -> str | None:
     if signals.requested is not None:
         return "signal"
     if counters["env_steps"] >= cfg.run.total_env_steps:
@@ -26,7 +26,7 @@ def run_sync(cfg: DictConfig, fleet, counters: dict, window, metrics, progress, 
     started = time.perf_counter()
     steps_at_start = counters["env_steps"]
     fleet.publish()
-    while (reason := _stop_reason(cfg, counters, window, started, signals)) is None:
+    while (reason := stop_reason(cfg, counters, window, started, signals)) is None:
         t0 = time.perf_counter()
         stats = fleet.collect()
         t1 = time.perf_counter()

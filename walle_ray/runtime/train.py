@@ -15,6 +15,7 @@ from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow
 from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
                                           save_checkpoint)
 from walle_ray.runtime.signals import StopSignals
+from walle_ray.runtime.async_loop import run_async
 from walle_ray.runtime.sync_loop import run_sync
 from walle_ray.topology import parse_topology, plan_resources
 
@@ -36,6 +37,7 @@ def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
 
 def make_fleet(cfg: DictConfig, topo, obs_space, action_space):
     """A LocalFleet for ``topology=local``, else Ray actors placed by the resource plan."""
+    from walle_ray.runtime.async_fleet import AsyncLocalFleet, AsyncRayFleet
     from walle_ray.runtime.fleet import LocalFleet, RayFleet
     from walle_ray.runtime.ray_init import check_gpus, cluster_resources, start_ray
 
@@ -43,13 +45,15 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space):
         if cfg.learner.num_gpus > 0:
             raise ConfigError("learner.num_gpus: topology=local runs on this process's CPU; "
                               "use a Ray topology such as 1a1m1l to place a learner on a GPU")
-        return LocalFleet(cfg, topo, obs_space, action_space)
+        local = AsyncLocalFleet if algorithm_for(cfg.algo).loop == "async" else LocalFleet
+        return local(cfg, topo, obs_space, action_space)
     start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace="walle_ray")
     cpus, gpus = cluster_resources()
     check_gpus(topo.learners, cfg.learner.num_gpus, gpus)
     plan = plan_resources(topo, cpus, cfg.learner.num_gpus, cfg.topology.sampler_cpus,
                           cfg.topology.learner_cpus)
-    return RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
+    fleet = AsyncRayFleet if algorithm_for(cfg.algo).loop == "async" else RayFleet
+    return fleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
 
 
 def train(cfg: DictConfig, run_dir: Path) -> RunResult:
@@ -97,7 +101,7 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
     stopped_by = "error"
     with StopSignals() as signals:
         try:
-            loop = {"sync": run_sync}[algo.loop]
+            loop = {"sync": run_sync, "async": run_async}[algo.loop]
             stopped_by = loop(cfg, fleet, counters, window, metrics, progress, signals, checkpoint)
         finally:
             progress.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import torch
 from omegaconf import DictConfig
@@ -15,6 +17,11 @@ from walle_ray.config import ConfigError
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> PPOUpdate:
     return PPOUpdate(cfg.algo, model, collective, cfg.env.normalize_reward,
                      cfg.run.total_env_steps, device)
+
+
+def fragment_length(cfg: DictConfig, topo) -> int:
+    """Steps per env so that one round of all samplers fills ``algo.batch_size``."""
+    return max(1, math.ceil(cfg.algo.batch_size / (topo.samplers * cfg.env.envs_per_sampler)))
 
 
 def validate(cfg: DictConfig) -> None:
@@ -48,4 +55,4 @@ def check_spaces(obs_space: gym.Space, action_space: gym.Space) -> None:
 
 
 PPO = Algorithm(name="ppo", config_cls=PPOConfig, loop="sync", make_update=make_update,
-                validate=validate, check_spaces=check_spaces)
+                fragment_length=fragment_length, validate=validate, check_spaces=check_spaces)

@@ -9,7 +9,9 @@ from walle_ray.algos.ppo.config import PPOConfig
 from walle_ray.algos.ppo.loss import adapt_kl_beta, ppo_clip_loss, ppo_kl_loss
 from walle_ray.batch import Rollout, concat_rollouts
 from walle_ray.learners.collective import Collective
-from walle_ray.models import ActorCritic, RunningNorm
+from walle_ray.learners.optim import make_optimizer, scheduled_lr, set_lr
+from walle_ray.learners.reward_scale import RewardScaler, update_obs_norm
+from walle_ray.models import ActorCritic
 from walle_ray.ops import gae, next_values
 
 
@@ -23,29 +25,15 @@ class PPOUpdate:
         self.collective = collective
         self.device = device
         self.total_env_steps = total_env_steps
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps,
-                                          foreach=True)
+        self.optimizer = make_optimizer(model.parameters(), "adam", cfg.lr, cfg.adam_eps)
         self.beta = cfg.kl_beta_init
-        self.return_norm = RunningNorm(()) if normalize_reward else None
-
-    def _lr(self, env_steps: int) -> float:
-        if self.cfg.lr_schedule == "linear":
-            return self.cfg.lr * max(0.0, 1.0 - env_steps / self.total_env_steps)
-        return self.cfg.lr
-
-    def _scaled_rewards(self, batch: Rollout) -> np.ndarray:
-        if self.return_norm is None:
-            return batch.reward_t
-        moments = self.collective.all_reduce_sum(
-            self.return_norm.moments(torch.from_numpy(batch.return_t)))
-        self.return_norm.update_from_moments(moments)
-        scale = float(torch.sqrt(self.return_norm.var + 1e-8))
-        return (batch.reward_t / scale).astype(np.float32)
+        self.reward_scaler = RewardScaler() if normalize_reward else None
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg = self.cfg
         batch = concat_rollouts(rollouts)
-        reward_t = self._scaled_rewards(batch)
+        reward_t = (self.reward_scaler(batch, self.collective) if self.reward_scaler
+                    else batch.reward_t)
         v_tp1 = next_values(batch.v_t, batch.last_v, batch.truncated_t, batch.final_v_t)
         adv_t, target_t = gae(reward_t, batch.v_t, v_tp1, batch.terminated_t, batch.truncated_t,
                               cfg.gamma, cfg.gae_lambda)
@@ -54,9 +42,8 @@ class PPOUpdate:
         obs, actions = flat(batch.obs_t), flat(batch.action_t)
         old_logp, old_dist, old_v = flat(batch.logp_t), flat(batch.dist_t), flat(batch.v_t)
         adv, target = flat(adv_t), flat(target_t)
-        lr = self._lr(env_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = scheduled_lr(cfg.lr, cfg.lr_schedule, env_steps, self.total_env_steps)
+        set_lr(self.optimizer, lr)
 
         n = obs.shape[0]
         # Every learner must take the same number of steps (each one all-reduces), so they
@@ -86,7 +73,7 @@ class PPOUpdate:
         if cfg.objective == "kl_penalty":
             metrics["kl_beta"] = self.beta
             self.beta = adapt_kl_beta(self.beta, kl, cfg.kl_target)
-        self._update_obs_norm(batch)
+        update_obs_norm(self.model, batch, self.collective)
         var_y = float(np.var(target_t))
         metrics.update(lr=lr, epochs=epochs_done, grad_steps=steps,
                        explained_variance=float("nan") if var_y == 0 else
@@ -116,23 +103,14 @@ class PPOUpdate:
         out["grad_norm"] = float(grad_norm)
         return out
 
-    @torch.no_grad()
-    def _update_obs_norm(self, batch: Rollout) -> None:
-        """After the update, so the update saw the statistics the samplers acted with."""
-        norm = self.model.obs_norm
-        if norm is None:
-            return
-        obs = torch.from_numpy(batch.obs_t.reshape(-1, *batch.obs_t.shape[2:]))
-        norm.update_from_moments(self.collective.all_reduce_sum(norm.moments(obs)))
-
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict(), "beta": self.beta}
-        if self.return_norm is not None:
-            state["return_norm"] = self.return_norm.state_dict()
+        if self.reward_scaler is not None:
+            state["return_norm"] = self.reward_scaler.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.beta = float(state["beta"])
-        if self.return_norm is not None and "return_norm" in state:
-            self.return_norm.load_state_dict(state["return_norm"])
+        if self.reward_scaler is not None and "return_norm" in state:
+            self.reward_scaler.load_state_dict(state["return_norm"])

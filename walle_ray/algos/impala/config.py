@@ -1,0 +1,45 @@
+"""IMPALA settings: V-trace, the optimizer, replay mixing, CLEAR and LASER."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+@dataclass
+class ReplaySpec:
+    """One memory type in each memory actor, and its share of every learner batch."""
+
+    type: str = "queue"  # queue: on-policy FIFO, consumed once | uniform: replay buffer
+    ratio: float = 1.0  # share of each learner batch; the ratios sum to 1
+    capacity: int = 0  # rows held per memory actor; 0: 4 learner batches
+    start_rows: int = 0  # rows a buffer holds before it serves batches
+
+
+@dataclass
+class IMPALAConfig:
+    """Importance-weighted actor-learner: samplers and learners run asynchronously."""
+
+    name: str = "impala"  # shown in run names and metrics
+    fragment_length: int = 20  # unroll length T of each fragment
+    batch_size: int = 32  # rows (single-env trajectories of T steps) per learner update
+    optimizer: str = "rmsprop"  # rmsprop | adam
+    lr: float = 6e-4  # learning rate
+    lr_schedule: str = "linear"  # constant | linear (to 0 at run.total_env_steps)
+    rmsprop_alpha: float = 0.99  # RMSProp smoothing constant
+    eps: float = 0.01  # optimizer epsilon
+    gamma: float = 0.99  # discount
+    rho_bar: float = 1.0  # V-trace: truncation of the importance weights in the value targets
+    c_bar: float = 1.0  # V-trace: truncation of the trace coefficients
+    pg_rho_bar: float = 1.0  # V-trace: truncation of the policy-gradient importance weights
+    vtrace_lambda: float = 1.0  # V-trace: extra trace decay
+    baseline_coef: float = 0.5  # value loss weight
+    ent_coef: float = 0.01  # entropy bonus weight
+    max_grad_norm: float = 40.0  # global gradient-norm clip
+    replay: List[ReplaySpec] = field(default_factory=lambda: [ReplaySpec()])  # memory mix
+    clear_policy_coef: float = 0.0  # CLEAR: KL(behaviour || current) on replayed rows; 0: off
+    clear_value_coef: float = 0.0  # CLEAR: (V - stored V)^2 on replayed rows; 0: off
+    laser_kl_threshold: Optional[float] = None  # LASER: drop steps with KL(behaviour || current) above this
+    fragments_per_call: int = 4  # fragments a sampler collects per driver call (reporting grain)
+    updates_per_call: int = 8  # updates a learner runs per driver call (reporting grain)
+    prefetch: int = 2  # batch requests each learner keeps in flight

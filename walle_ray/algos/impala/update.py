@@ -1,0 +1,85 @@
+"""One IMPALA update: forward the batch, V-trace, loss, synced gradients, step."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from walle_ray.algos.impala.config import IMPALAConfig
+from walle_ray.algos.impala.loss import clear_loss, impala_loss, laser_mask
+from walle_ray.batch import Rollout, concat_rollouts
+from walle_ray.learners.collective import Collective
+from walle_ray.learners.optim import make_optimizer, scheduled_lr, set_lr
+from walle_ray.learners.reward_scale import RewardScaler, update_obs_norm
+from walle_ray.models import ActorCritic
+from walle_ray.ops import vtrace
+
+
+class IMPALAUpdate:
+    """Owns the optimizer; one call is one gradient step on one batch."""
+
+    def __init__(self, cfg: IMPALAConfig, model: ActorCritic, collective: Collective,
+                 normalize_reward: bool, total_env_steps: int, device: torch.device):
+        self.cfg = cfg
+        self.model = model
+        self.collective = collective
+        self.device = device
+        self.total_env_steps = total_env_steps
+        self.optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.eps,
+                                        cfg.rmsprop_alpha)
+        self.reward_scaler = RewardScaler() if normalize_reward else None
+
+    def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
+        cfg, dev = self.cfg, self.device
+        batch = concat_rollouts(rollouts)
+        T, B = batch.reward_t.shape
+        reward = self.reward_scaler(batch, self.collective) if self.reward_scaler else batch.reward_t
+        t = lambda x: torch.as_tensor(np.asarray(x)).to(dev)  # noqa: E731
+        obs = torch.cat([t(batch.obs_t).reshape(T * B, *batch.obs_t.shape[2:]), t(batch.last_obs)])
+        params, values = self.model(obs)
+        params_t, v_t, boot = params[: T * B].view(T, B, -1), values[: T * B].view(T, B), values[T * B:]
+        head = self.model.head
+        dist = head.dist(params_t)
+        action_t = t(batch.action_t)
+        logp_t = dist.log_prob(action_t)
+        kl_t = head.kl(t(batch.dist_t), params_t)  # KL(behaviour || current), [T, B]
+        mask_t = laser_mask(kl_t.detach(), cfg.laser_kl_threshold)
+        vt = vtrace(logp_t.detach() - t(batch.logp_t), t(reward), v_t.detach(), boot.detach(),
+                    t(batch.terminated_t), t(batch.truncated_t), t(batch.final_v_t), cfg.gamma,
+                    rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, pg_rho_bar=cfg.pg_rho_bar,
+                    lam=cfg.vtrace_lambda, mask_t=mask_t)
+        loss, terms = impala_loss(logp_t, dist.entropy(), v_t, vt.vs_t, vt.pg_adv_t,
+                                  baseline_coef=cfg.baseline_coef, ent_coef=cfg.ent_coef,
+                                  mask_t=mask_t)
+        replayed_t = t(batch.replayed_b).to(v_t.dtype).expand(T, B)
+        if (cfg.clear_policy_coef or cfg.clear_value_coef) and bool(replayed_t.any()):
+            extra, clear_terms = clear_loss(kl_t, v_t, t(batch.v_t), replayed_t,
+                                            policy_coef=cfg.clear_policy_coef,
+                                            value_coef=cfg.clear_value_coef)
+            loss = loss + extra
+            terms.update(clear_terms)
+        lr = scheduled_lr(cfg.lr, cfg.lr_schedule, env_steps, self.total_env_steps)
+        set_lr(self.optimizer, lr)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        self.collective.all_reduce_grads(self.model.parameters())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        update_obs_norm(self.model, batch, self.collective)
+        out = {k: float(v) for k, v in terms.items()}
+        out.update(loss=float(loss.detach()), grad_norm=float(grad_norm), lr=lr,
+                   rho_mean=float(vt.rho_t.mean()), kl=float(kl_t.detach().mean()),
+                   replayed_frac=float(replayed_t.mean()),
+                   laser_kept=1.0 if mask_t is None else float(mask_t.mean()))
+        return out
+
+    def state_dict(self) -> dict:
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.reward_scaler is not None:
+            state["return_norm"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.reward_scaler is not None and "return_norm" in state:
+            self.reward_scaler.load_state_dict(state["return_norm"])

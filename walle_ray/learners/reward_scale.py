@@ -1,0 +1,42 @@
+"""Reward scaling by the running std of the discounted return (all-reduced across learners)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from walle_ray.batch import Rollout
+from walle_ray.learners.collective import Collective
+from walle_ray.models import RunningNorm
+
+
+class RewardScaler:
+    """Divides rewards by the std of the samplers' running discounted returns."""
+
+    def __init__(self) -> None:
+        self.norm = RunningNorm(())
+
+    def __call__(self, batch: Rollout, collective: Collective) -> np.ndarray:
+        moments = collective.all_reduce_sum(self.norm.moments(torch.from_numpy(batch.return_t)))
+        self.norm.update_from_moments(moments)
+        scale = float(torch.sqrt(self.norm.var + 1e-8))
+        return (batch.reward_t / scale).astype(np.float32)
+
+    def state_dict(self) -> dict:
+        return self.norm.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.norm.load_state_dict(state)
+
+
+@torch.no_grad()
+def update_obs_norm(model, batch: Rollout, collective: Collective) -> None:
+    """Merge the batch's observations into the model's normaliser (if it has one).
+
+    Called after an update, so the update saw the statistics the samplers acted with.
+    """
+    norm = model.obs_norm
+    if norm is None:
+        return
+    obs = torch.from_numpy(np.asarray(batch.obs_t).reshape(-1, *batch.obs_t.shape[2:]))
+    norm.update_from_moments(collective.all_reduce_sum(norm.moments(obs)))

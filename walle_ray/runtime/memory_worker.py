@@ -1,0 +1,50 @@
+"""The asynchronous memory actor's body, in a module that imports neither torch nor envs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from walle_ray.buffers.mixed import MixedMemory
+
+
+class AsyncMemoryWorker:
+    """A MixedMemory behind asyncio: ``put`` waits for room, ``sample`` waits for a batch.
+
+    Waiting here is the back-pressure: a full queue holds samplers, an empty one learners.
+    """
+
+    def __init__(self, *memory_args, **memory_kwargs):
+        self.memory = MixedMemory(*memory_args, **memory_kwargs)
+        self.changed: asyncio.Condition | None = None
+
+    def _condition(self) -> asyncio.Condition:
+        if self.changed is None:  # made inside the actor's event loop
+            self.changed = asyncio.Condition()
+        return self.changed
+
+    async def put(self, rollout) -> float:
+        """Store a fragment once there is room; returns the seconds spent waiting."""
+        t0 = time.perf_counter()
+        cond = self._condition()
+        rows = rollout.reward_t.shape[1]
+        async with cond:
+            await cond.wait_for(lambda: self.memory.has_room(rows))
+            self.memory.put(rollout)
+            cond.notify_all()
+        return time.perf_counter() - t0
+
+    async def sample(self, timeout_s: float = 2.0):
+        """A batch, or None when none could be composed within ``timeout_s``."""
+        cond = self._condition()
+        async with cond:
+            try:
+                await asyncio.wait_for(cond.wait_for(self.memory.can_sample), timeout_s)
+            except asyncio.TimeoutError:
+                return None
+            batch = self.memory.sample()
+            cond.notify_all()
+        return batch
+
+    async def stats(self) -> dict:
+        return self.memory.stats()
