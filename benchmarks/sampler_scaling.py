@@ -1,15 +1,21 @@
 """Sampler scaling (WALL-E's claim): collection throughput of N Ray sampler actors on 2 cores.
 
-    python benchmarks/sampler_scaling.py [--samplers 1 2 4 8 16 32] [--rounds 30]
-                                         [--fragment-length 50] [--step-s 0.005]
+    python benchmarks/sampler_scaling.py [--samplers 1 2 4 8 16 32] [--batch 6400] [--rounds 3]
+    python benchmarks/sampler_scaling.py --batch 0 --fragment-length 50 --rounds 30
 
 Each sampler steps one ``walle/Sleep-v0`` env, whose step waits ``--step-s`` seconds without
 using the CPU: a slow simulator, not the cores, bounds collection. For each N, N
 ``RemoteSampler`` actors share the cluster's CPUs through fractional ``num_cpus`` and pull
 weights from one ``RemoteParameterServer``; after one warm-up fragment each, the script times
 ``--rounds`` rounds of parallel fragment collection. It reports env steps/s, speedup over
-N=1, efficiency (speedup / N) and the fragment time per N, and writes
-benchmarks/results/sampler_scaling.json.
+N=1, efficiency (speedup / N) and the fragment time per N.
+
+Two protocols: by default each round collects a fixed batch of ``--batch`` env steps split
+evenly over the N samplers, as WALL-E times the collection of 20K samples per iteration
+(writes benchmarks/results/sampler_scaling.json); with ``--batch 0`` every sampler collects
+``--fragment-length`` steps per round whatever N is, so the batch grows with N and short
+rounds expose per-round overheads and stragglers (writes
+benchmarks/results/sampler_scaling_fixed_fragment.json).
 
 Target: speedup >= 0.85 * N for every N up to 32.
 """
@@ -64,15 +70,16 @@ def collect_round(samplers: list) -> list[dict]:
 
     The rollout refs die with this frame, so the fragments do not pile up in the store.
     """
-    outs = [s.collect.remote() for s in samplers]
+    outs = [s.collect.remote(0) for s in samplers]
     return ray.get([stats for _, stats in outs])
 
 
 def measure(n: int, ps, env_cfg: DictConfig, model_cfg: DictConfig, args) -> dict:
     """Start N samplers, warm them up, time ``args.rounds`` rounds, then kill them."""
     cpus = sampler_cpus(n, args.cpus)
+    length = math.ceil(args.batch / n) if args.batch else args.fragment_length
     samplers = [RemoteSampler.options(num_cpus=cpus).remote(
-        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, i, args.seed) for i in range(n)]
+        ps, env_cfg, model_cfg, length, GAMMA, i, args.seed) for i in range(n)]
     try:
         collect_round(samplers)  # waits for the actors to start and pull weights
         t0 = time.perf_counter()
@@ -84,6 +91,7 @@ def measure(n: int, ps, env_cfg: DictConfig, model_cfg: DictConfig, args) -> dic
     steps = sum(s["env_steps"] for s in stats)
     collect_s = [s["collect_s"] for s in stats]
     return {"samplers": n, "num_cpus_per_sampler": cpus, "rounds": args.rounds,
+            "fragment_length": length, "ideal_fragment_s": length * args.step_s,
             "env_steps": steps, "elapsed_s": elapsed, "env_steps_per_s": steps / elapsed,
             "round_s_mean": elapsed / args.rounds,
             "fragment_s_median": statistics.median(collect_s),
@@ -103,8 +111,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samplers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32],
                    help="sampler counts to measure; must include 1 (the baseline)")
-    p.add_argument("--rounds", type=int, default=30, help="timed rounds per sampler count")
-    p.add_argument("--fragment-length", type=int, default=50, help="env steps per fragment")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per sampler count")
+    p.add_argument("--batch", type=int, default=6400,
+                   help="env steps per round split over the samplers (WALL-E); 0: fixed fragments")
+    p.add_argument("--fragment-length", type=int, default=50,
+                   help="env steps per sampler per round when --batch is 0")
     p.add_argument("--step-s", type=float, default=0.005, help="seconds each env step sleeps")
     p.add_argument("--cpus", type=int, default=2, help="logical CPUs of the local Ray instance")
     p.add_argument("--seed", type=int, default=0)
@@ -130,8 +141,9 @@ def main() -> None:
         "target": {"speedup_at_least": f"{EFFICIENCY_TARGET} * N", "for_samplers": "N <= 32"},
         "setup": {"env_id": env_cfg.id, "env_kwargs": OmegaConf.to_container(env_cfg.kwargs),
                   "envs_per_sampler": env_cfg.envs_per_sampler, "ray_num_cpus": args.cpus,
-                  "fragment_length": args.fragment_length,
-                  "ideal_fragment_s": args.fragment_length * args.step_s,
+                  "protocol": (f"fixed batch of {args.batch} env steps per round, split over N"
+                               if args.batch else
+                               f"fixed fragment of {args.fragment_length} env steps per sampler"),
                   "ideal_env_steps_per_s_per_sampler": 1 / args.step_s},
         "per_samplers": rows,
         "met_target": all(r["met_target"] for r in rows),
@@ -139,7 +151,7 @@ def main() -> None:
     if args.dry_run:
         print(json.dumps(result, indent=2))
     else:
-        write_result(NAME, result)
+        write_result(NAME if args.batch else f"{NAME}_fixed_fragment", result)
 
 
 if __name__ == "__main__":

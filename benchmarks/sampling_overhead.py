@@ -68,9 +68,7 @@ class BareLoop:
     def run(self, steps: int) -> None:
         for _ in range(steps):
             params, _value = self.model(torch.from_numpy(self.obs))
-            dist = self.model.head.dist(params)
-            action = dist.sample()
-            dist.log_prob(action)
+            action, _logp = self.model.head.act(params)
             actions = action.numpy()
             if self.bounds is not None:
                 actions = np.clip(actions, *self.bounds)
@@ -104,7 +102,7 @@ def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args)
 
 def fetch_fragment(worker) -> None:
     """One fragment end to end: the collect call, then both results into this process."""
-    rollout_ref, stats_ref = worker.collect.remote()
+    rollout_ref, stats_ref = worker.collect.remote(0)
     ray.get([rollout_ref, stats_ref])
 
 

@@ -21,7 +21,7 @@ def metrics(run_dir):
 
 def test_help_lists_groups_and_options():
     out = run_cli("--help").stdout
-    for text in ("algo: ppo, ppo_kl", "env: cartpole, halfcheetah, hopper, pong", "32a4m4l", "local"):
+    for text in ("algo: impala, ppo, ppo_kl", "env: cartpole, halfcheetah, hopper, pong", "32a4m4l", "local"):
         assert text in out
 
 

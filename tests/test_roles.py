@@ -128,3 +128,27 @@ def test_sampler_worker_pulls_published_weights(ray_session):
     assert (rollout.version_b == 7).all() and stats["env_steps"] == 8
     ray.kill(worker)
     ray.kill(ps)
+
+
+@pytest.mark.parametrize("space", ["discrete", "box"])
+def test_fast_action_path_matches_the_distribution(space):
+    import gymnasium as gym
+
+    from walle_ray.models import make_action_head
+
+    torch.manual_seed(0)
+    if space == "discrete":
+        head, params = make_action_head(gym.spaces.Discrete(3)), torch.tensor([[0.0, 1.0, 2.0]]).repeat(20000, 1)
+    else:
+        head = make_action_head(gym.spaces.Box(-1, 1, (2,)))
+        params = torch.tensor([[0.5, -0.5, -1.0, 0.2]]).repeat(20000, 1)
+    action, logp = head.act(params)
+    torch.testing.assert_close(logp, head.dist(params).log_prob(action), rtol=1e-5, atol=1e-5)
+    if space == "discrete":
+        freq = torch.bincount(action, minlength=3).float() / len(action)
+        torch.testing.assert_close(freq, torch.softmax(params[0], -1), atol=0.015, rtol=0)
+    else:
+        torch.testing.assert_close(action.mean(0), torch.tensor([0.5, -0.5]), atol=0.02, rtol=0)
+        torch.testing.assert_close(action.std(0), torch.tensor([-1.0, 0.2]).exp(), atol=0.02, rtol=0)
+    greedy, _ = head.act(params[:1], deterministic=True)
+    torch.testing.assert_close(greedy, head.mode(params[:1]))

@@ -43,9 +43,8 @@ class Sampler:
     @torch.inference_mode()
     def _act(self, obs: np.ndarray) -> tuple[np.ndarray, ...]:
         params, value = self.model(torch.from_numpy(obs))
-        dist = self.model.head.dist(params)
-        action = self.model.head.mode(params) if self.deterministic else dist.sample()
-        return action.numpy(), dist.log_prob(action).numpy(), params.numpy(), value.numpy()
+        action, logp = self.model.head.act(params, self.deterministic)
+        return action.numpy(), logp.numpy(), params.numpy(), value.numpy()
 
     @torch.inference_mode()
     def _value(self, obs: np.ndarray) -> np.ndarray:

@@ -27,3 +27,18 @@ class Algorithm:
     fragment_length: Callable
     validate: Callable[[DictConfig], None]
     check_spaces: Callable[[gym.Space, gym.Space], None]
+
+
+def check_policy_spaces(algo_name: str) -> Callable[[gym.Space, gym.Space], None]:
+    """A ``check_spaces`` for policy-gradient methods: Discrete or 1-D Box actions."""
+
+    def check(obs_space: gym.Space, action_space: gym.Space) -> None:
+        from walle_ray.config import ConfigError
+
+        ok = isinstance(action_space, gym.spaces.Discrete) or (
+            isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1)
+        if not ok:
+            raise ConfigError(f"{algo_name} needs a Discrete or 1-D Box action space; "
+                              f"this env has {action_space}")
+
+    return check

@@ -53,6 +53,8 @@ class EpisodeTracker:
     def update(self, raw_reward: np.ndarray, episode_over: np.ndarray) -> tuple[list, list]:
         self.returns += raw_reward
         self.lengths += 1
+        if not episode_over.any():
+            return [], []
         done = np.flatnonzero(episode_over)
         rets = self.returns[done].tolist()
         lens = self.lengths[done].tolist()

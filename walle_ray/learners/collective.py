@@ -43,21 +43,23 @@ class TorchCollective(Collective):
         self.dist = dist
         self.rank = rank
         self.world_size = world_size
+        # NCCL reduces CUDA tensors only; statistics computed on the CPU go over and back.
+        self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.clone()
-        self.dist.all_reduce(t)
-        return t
+        out = t.to(self.device, copy=True)
+        self.dist.all_reduce(out)
+        return out.to(t.device)
 
     def all_reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         return self.all_reduce_sum(t) / self.world_size
 
     def all_reduce_min(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.clone()
-        self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
-        return t
+        out = t.to(self.device, copy=True)
+        self.dist.all_reduce(out, op=self.dist.ReduceOp.MIN)
+        return out.to(t.device)
 
     def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
         grads = [p.grad for p in params if p.grad is not None]

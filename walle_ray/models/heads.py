@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
 import gymnasium as gym
 import torch
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
+
+# Arguments are produced by our own networks; validating them on every call costs more than
+# the sampler's whole forward pass.
+torch.distributions.Distribution.set_default_validate_args(False)
 
 
 class ActionHead(ABC):
@@ -21,6 +26,11 @@ class ActionHead(ABC):
     @abstractmethod
     def mode(self, params: torch.Tensor) -> torch.Tensor:
         """The most likely action (greedy evaluation)."""
+
+    @abstractmethod
+    def act(self, params: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action, its log-probability), without building a distribution object: the
+        sampler's per-step path. Same values as ``dist(params)``'s sample and log_prob."""
 
     def kl(self, p_params: torch.Tensor, q_params: torch.Tensor) -> torch.Tensor:
         """KL(p || q) per row."""
@@ -39,6 +49,14 @@ class CategoricalHead(ActionHead):
     def mode(self, params):
         return params.argmax(-1)
 
+    def act(self, params, deterministic=False):
+        logp = torch.log_softmax(params, -1)
+        if deterministic:
+            action = logp.argmax(-1)
+        else:  # Gumbel-max: argmax(logits + Gumbel noise) is a sample of the softmax
+            action = (logp - torch.log(-torch.log(torch.rand_like(logp)))).argmax(-1)
+        return action, logp.gather(-1, action[..., None])[..., 0]
+
 
 class GaussianHead(ActionHead):
     """Continuous actions; params are mean and log-std concatenated on the last axis."""
@@ -53,6 +71,13 @@ class GaussianHead(ActionHead):
 
     def mode(self, params):
         return params[..., : self.dim]
+
+    def act(self, params, deterministic=False):
+        mean, log_std = params.split(self.dim, dim=-1)
+        noise = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
+        action = mean + log_std.exp() * noise
+        logp = (-0.5 * noise ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return action, logp
 
 
 def make_action_head(space: gym.Space) -> ActionHead:

@@ -8,12 +8,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from walle_ray.config import ModelConfig
 from walle_ray.models.heads import ActionHead, GaussianHead, make_action_head
 from walle_ray.models.normalizer import RunningNorm
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+_ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 
 
 def _init(layer: nn.Module, gain: float, ortho: bool) -> nn.Module:
@@ -23,14 +24,27 @@ def _init(layer: nn.Module, gain: float, ortho: bool) -> nn.Module:
     return layer
 
 
-def _mlp(sizes: list[int], activation: str, ortho: bool, out_gain: float) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        last = i == len(sizes) - 2
-        layers.append(_init(nn.Linear(sizes[i], sizes[i + 1]), out_gain if last else math.sqrt(2), ortho))
-        if not last:
-            layers.append(_ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
+class MLP(nn.Module):
+    """Linear layers with an activation between them.
+
+    The forward pass calls ``F.linear`` directly: for the small batches a sampler acts on,
+    nn.Module call overhead per layer costs more than the arithmetic.
+    """
+
+    def __init__(self, sizes: list[int], activation: str, ortho: bool, out_gain: float):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            _init(nn.Linear(sizes[i], sizes[i + 1]), out_gain if i == len(sizes) - 2 else math.sqrt(2), ortho)
+            for i in range(len(sizes) - 1))
+        self.activation = _ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = F.linear(x, layer.weight, layer.bias)
+            if i < last:
+                x = self.activation(x)
+        return x
 
 
 class ConvTorso(nn.Module):
@@ -81,8 +95,8 @@ class ActorCritic(nn.Module):
         else:
             in_dim = int(np.prod(self.obs_shape))
             sizes = [in_dim, *cfg.hidden]
-            self.pi = _mlp([*sizes, out], cfg.activation, cfg.ortho_init, 0.01)
-            self.v = _mlp([*sizes, 1], cfg.activation, cfg.ortho_init, 1.0)
+            self.pi = MLP([*sizes, out], cfg.activation, cfg.ortho_init, 0.01)
+            self.v = MLP([*sizes, 1], cfg.activation, cfg.ortho_init, 1.0)
         self.gaussian = gaussian
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,6 +45,7 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
     steps_at_start = counters["env_steps"]
     counters.setdefault("env_steps_consumed", 0)
     counters.setdefault("updates", 0)
+    counters.setdefault("dropped_fragments", 0)
     fleet.start()
     interval = _Interval()
     while (reason := stop_reason(cfg, counters, window, started, signals)) is None:
@@ -54,6 +55,7 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
             window.add(r["episode_returns"], r["episode_lengths"])
             counters["episodes"] += len(r["episode_returns"])
             counters["env_steps"] += r["env_steps"]
+            counters["dropped_fragments"] += r.get("dropped", 0)
         for m in learned:
             interval.add_learner(m)
         now = time.perf_counter()
@@ -89,7 +91,7 @@ def _record(counters, window, iv: _Interval, dt: float, steps_at_start: int, ela
         "sampler_put_wait_s": iv.put_wait_s, "fragments": iv.fragments,
         "policy_lag_mean": learner.get("learn/policy_lag_mean", float("nan")),
         "policy_lag_max": iv.lag_max,
-        "dropped_fragments": sum(m.get("dropped", 0) for m in memories),
+        "dropped_fragments": counters["dropped_fragments"],
         **{f"faults/{k}": v for k, v in fleet.faults.items()},
         **learner,
     }

@@ -16,8 +16,16 @@ from walle_ray.learners import Learner
 from walle_ray.topology import ResourcePlan, Topology
 
 
-class RoleTimeout(RuntimeError):
-    """A role did not answer in time; the message names it."""
+class RoleError(RuntimeError):
+    """A role failed the run; the message names it."""
+
+
+class RoleTimeout(RoleError):
+    """A role did not answer in time."""
+
+
+class RoleFailed(RoleError):
+    """A role that cannot be restarted died."""
 
 
 def sampler_args(cfg: DictConfig, topo: Topology, i: int) -> tuple:
@@ -52,34 +60,24 @@ def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_
     return learners
 
 
-class LocalFleet:
-    """Every role in the driver process; the reference the Ray fleet is tested against."""
+class LocalRoles:
+    """Samplers, one learner and the parameter server in this process (memories: subclass)."""
 
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         self.topo = topo
         self.samplers = [Sampler(*sampler_args(cfg, topo, i)) for i in range(topo.samplers)]
-        self.memories = [FIFOMemory(capacity=2 * topo.samplers) for _ in range(topo.memories)]
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
 
     def publish(self) -> None:
         self.ps.publish(*self.learner.weights())
 
-    def collect(self) -> list[dict]:
-        stats = []
-        for i, sampler in enumerate(self.samplers):
-            latest = self.ps.latest(sampler.version)
-            if latest is not None:
-                sampler.set_weights(latest[1], latest[0])
-            rollout, s = sampler.collect()
-            self.memories[self.topo.memory_of_sampler(i)].put(rollout)
-            stats.append(s)
-        return stats
-
-    def learn(self, env_steps: int) -> dict:
-        rollouts = [r for m in self.memories for r in m.take()]
-        return self.learner.update(rollouts, env_steps)
+    def pull(self, sampler: Sampler) -> None:
+        """Give a sampler the newest weights, if it does not have them."""
+        latest = self.ps.latest(sampler.version)
+        if latest is not None:
+            sampler.set_weights(latest[1], latest[0])
 
     def learner_state(self) -> dict:
         return self.learner.state_dict()
@@ -92,8 +90,31 @@ class LocalFleet:
             s.close()
 
 
-class RayFleet:
-    """Samplers, memories, learners and a parameter server as named Ray actors."""
+class LocalFleet(LocalRoles):
+    """Every role in the driver process; the reference the Ray fleet is tested against."""
+
+    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+                 action_space: gym.Space):
+        super().__init__(cfg, topo, obs_space, action_space)
+        self.memories = [FIFOMemory(capacity=2 * topo.samplers) for _ in range(topo.memories)]
+
+    def collect(self) -> list[dict]:
+        stats = []
+        for i, sampler in enumerate(self.samplers):
+            self.pull(sampler)
+            rollout, s = sampler.collect()
+            self.memories[self.topo.memory_of_sampler(i)].put(rollout)
+            stats.append(s)
+        return stats
+
+    def learn(self, env_steps: int) -> dict:
+        rollouts = [r for m in self.memories for r in m.take()]
+        return self.learner.update(rollouts, env_steps)
+
+
+class RayRoles:
+    """Learners and the parameter server as named Ray actors; subclasses add memories and
+    samplers. Every wait has a timeout whose message names the role."""
 
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
@@ -102,44 +123,30 @@ class RayFleet:
         from walle_ray.runtime import remote
 
         self.ray = ray
+        self.remote = remote
+        self.cfg = cfg
         self.topo = topo
+        self.plan = plan
         self.timeout_s = timeout_s
         self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
-        source = self.ps or self.learners[0]
-        self.memories = [
-            remote.RemoteMemory.options(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus).remote(
-                capacity=2 * topo.samplers)
-            for k in range(topo.memories)]
-        self.samplers = [
-            remote.RemoteSampler.options(name=f"walle/sampler-{i}", num_cpus=plan.sampler_cpus).remote(
-                source, *sampler_args(cfg, topo, i))
-            for i in range(topo.samplers)]
+        self.memories: list = []
+        self.samplers: list = []
 
-    def _get(self, refs, role: str, timeout_s: float | None = None):
+    def make_sampler(self, i: int, **options):
+        """Sampler actor i, pulling weights from the parameter server (or learner 0)."""
+        memory = options.pop("memory", None)
+        return self.remote.RemoteSampler.options(
+            name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus, **options).remote(
+            self.ps or self.learners[0], *sampler_args(self.cfg, self.topo, i), memory=memory)
+
+    def _get(self, refs, role: str):
         try:
-            return self.ray.get(refs, timeout=timeout_s or self.timeout_s)
+            return self.ray.get(refs, timeout=self.timeout_s)
         except self.ray.exceptions.GetTimeoutError:
-            raise RoleTimeout(f"{role} did not answer within {timeout_s or self.timeout_s:.0f} s "
+            raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
                               "(run.role_timeout_s)") from None
-
-    def publish(self) -> None:
-        self._get(self.learners[0].publish.remote(self.ps), "learner-0 (publishing weights)")
-
-    def collect(self) -> list[dict]:
-        outs = [s.collect.remote() for s in self.samplers]
-        puts = [self.memories[self.topo.memory_of_sampler(i)].put.remote([rollout])
-                for i, (rollout, _) in enumerate(outs)]
-        stats = self._get([s for _, s in outs], "samplers")
-        if not all(self._get(puts, "memories")):
-            raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
-        return stats
-
-    def learn(self, env_steps: int) -> dict:
-        calls = [lr.learn.remote([self.memories[k] for k in self.topo.memories_of_learner(j)], env_steps)
-                 for j, lr in enumerate(self.learners)]
-        return self._get(calls, "learners")[0]
 
     def learner_state(self) -> dict:
         return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
@@ -151,4 +158,35 @@ class RayFleet:
     def shutdown(self) -> None:
         for handle in [*self.samplers, *self.memories, *self.learners, self.ps]:
             if handle is not None:
-                self.ray.kill(handle)
+                self.ray.kill(handle, no_restart=True)
+
+
+class RayFleet(RayRoles):
+    """The synchronous fleet: the driver routes each sampler's fragment to its memory."""
+
+    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+                 action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
+        super().__init__(cfg, topo, obs_space, action_space, plan, timeout_s)
+        self.memories = [
+            self.remote.RemoteMemory.options(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus).remote(
+                capacity=2 * topo.samplers)
+            for k in range(topo.memories)]
+        self.samplers = [self.make_sampler(i) for i in range(topo.samplers)]
+
+    def publish(self) -> None:
+        self.version = self._get(self.learners[0].publish.remote(self.ps),
+                                 "learner-0 (publishing weights)")
+
+    def collect(self) -> list[dict]:
+        outs = [s.collect.remote(self.version) for s in self.samplers]
+        puts = [self.memories[self.topo.memory_of_sampler(i)].put.remote([rollout])
+                for i, (rollout, _) in enumerate(outs)]
+        stats = self._get([s for _, s in outs], "samplers")
+        if not all(self._get(puts, "memories")):
+            raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
+        return stats
+
+    def learn(self, env_steps: int) -> dict:
+        calls = [lr.learn.remote([self.memories[k] for k in self.topo.memories_of_learner(j)], env_steps)
+                 for j, lr in enumerate(self.learners)]
+        return self._get(calls, "learners")[0]

@@ -32,21 +32,25 @@ class SamplerWorker:
         self.memory = memory
         self.sampler = Sampler(*sampler_args, **sampler_kwargs)
 
-    def _pull(self) -> None:
+    def _pull(self, version: int | None = None) -> None:
+        """Fetch newer weights; with a known ``version`` it asks only when that is newer."""
+        if version is not None and version <= self.sampler.version:
+            return
         latest = ray.get(self.source.latest.remote(self.sampler.version))
         if latest is not None:
             version, box = latest
             self.sampler.set_weights(ray.get(box[0]), version)
 
     @ray.method(num_returns=2)
-    def collect(self):
-        self._pull()
+    def collect(self, version: int | None = None):
+        """One fragment with weights at least as new as ``version`` (the newest if None)."""
+        self._pull(version)
         return self.sampler.collect()
 
     def run(self, num_fragments: int) -> dict:
         """Collect fragments into the memory, one put in flight so collection overlaps it."""
-        total = {"env_steps": 0, "episode_returns": [], "episode_lengths": [], "collect_s": 0.0,
-                 "put_wait_s": 0.0, "fragments": 0}
+        total = {"sampler": self.sampler.index, "env_steps": 0, "episode_returns": [],
+                 "episode_lengths": [], "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0}
         pending = None
         for _ in range(num_fragments):
             self._pull()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import torch
 from omegaconf import DictConfig
 
 from walle_ray.algos.impala.config import IMPALAConfig
 from walle_ray.algos.impala.update import IMPALAUpdate
-from walle_ray.algos.spec import Algorithm
+from walle_ray.algos.spec import Algorithm, check_policy_spaces
 from walle_ray.buffers.mixed import BufferSpec
 from walle_ray.config import ConfigError
 
@@ -83,12 +82,6 @@ def validate(cfg: DictConfig) -> None:
     check_replay(a)
 
 
-def check_spaces(obs_space: gym.Space, action_space: gym.Space) -> None:
-    ok = isinstance(action_space, gym.spaces.Discrete) or (
-        isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1)
-    if not ok:
-        raise ConfigError(f"IMPALA needs a Discrete or 1-D Box action space; this env has {action_space}")
-
-
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
-                   fragment_length=fragment_length, validate=validate, check_spaces=check_spaces)
+                   fragment_length=fragment_length, validate=validate,
+                   check_spaces=check_policy_spaces("IMPALA"))

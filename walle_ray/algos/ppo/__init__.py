@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 
-import gymnasium as gym
 import torch
 from omegaconf import DictConfig
 
 from walle_ray.algos.ppo.config import PPOConfig
 from walle_ray.algos.ppo.update import PPOUpdate
-from walle_ray.algos.spec import Algorithm
+from walle_ray.algos.spec import Algorithm, check_policy_spaces
 from walle_ray.config import ConfigError
 
 
@@ -47,12 +46,6 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"algo.{key}: {message}")
 
 
-def check_spaces(obs_space: gym.Space, action_space: gym.Space) -> None:
-    ok = isinstance(action_space, gym.spaces.Discrete) or (
-        isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1)
-    if not ok:
-        raise ConfigError(f"PPO needs a Discrete or 1-D Box action space; this env has {action_space}")
-
-
 PPO = Algorithm(name="ppo", config_cls=PPOConfig, loop="sync", make_update=make_update,
-                fragment_length=fragment_length, validate=validate, check_spaces=check_spaces)
+                fragment_length=fragment_length, validate=validate,
+                check_spaces=check_policy_spaces("PPO"))

@@ -1,0 +1,81 @@
+"""Replay mixing: batch composition by ratio, and bad ratios refused with a clear message."""
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from walle_ray.algos.impala import buffer_specs, check_replay
+from walle_ray.algos.impala.config import IMPALAConfig, ReplaySpec
+from walle_ray.buffers.mixed import BufferSpec, MixedMemory
+from walle_ray.config import ConfigError
+
+from test_roles import make_sampler
+
+
+def fragments(n, envs=4):
+    s = make_sampler(T=5, envs=envs)
+    out = []
+    for v in range(n):
+        s.set_weights(s.model.get_weights(), version=v)
+        out.append(s.collect()[0])
+    return out
+
+
+def test_half_queue_half_replay_batch_has_the_right_composition():
+    memory = MixedMemory([BufferSpec("queue", 0.5, 16), BufferSpec("uniform", 0.5, 64)], batch_rows=8)
+    frags = fragments(3)
+    assert not memory.can_sample()
+    memory.put(frags[0])
+    memory.put(frags[1])
+    batch = memory.sample()
+    batch.check()
+    assert batch.reward_t.shape == (5, 8)
+    np.testing.assert_array_equal(batch.replayed_b, [False] * 4 + [True] * 4)
+    np.testing.assert_array_equal(batch.version_b[:4], [0] * 4)  # queue rows, oldest first
+    assert set(batch.version_b[4:]) <= {0, 1}
+    assert memory.stats()["queue_size"] == 4 and memory.stats()["uniform_size"] == 8
+    memory.sample()
+    assert not memory.can_sample()  # the queue is empty: no batch of replay alone
+
+
+def test_queue_is_bounded_and_replay_evicts_oldest():
+    memory = MixedMemory([BufferSpec("queue", 0.5, 8), BufferSpec("uniform", 0.5, 8)], batch_rows=8)
+    a, b, c = fragments(3)
+    memory.put(a)
+    memory.put(b)
+    assert not memory.has_room(4)  # the on-policy queue waits for a learner
+    memory.sample()
+    assert memory.has_room(4)
+    memory.put(c)
+    assert {int(r.version_b[0]) for r in memory.buffers[1].rows} == {1, 2}
+
+
+def test_memory_copies_rows_so_senders_can_reuse_buffers():
+    memory = MixedMemory([BufferSpec("queue", 1.0, 8)], batch_rows=4)
+    frag = fragments(1)[0]
+    memory.put(frag)
+    frag.reward_t[:] = -7
+    assert (memory.sample().reward_t != -7).all()
+
+
+def cfg(*specs, batch=8):
+    return OmegaConf.structured(IMPALAConfig(batch_size=batch, replay=[ReplaySpec(**s) for s in specs]))
+
+
+@pytest.mark.parametrize("specs,message", [
+    ([{"type": "queue", "ratio": 0.5}, {"type": "uniform", "ratio": 0.25}], "sum to 0.75"),
+    ([{"type": "queue", "ratio": 0.3}, {"type": "uniform", "ratio": 0.7}], "not a whole number"),
+    ([{"type": "elite", "ratio": 1.0}], "use one of queue, uniform"),
+    ([{"type": "queue", "ratio": 0.5}, {"type": "queue", "ratio": 0.5}], "queue once"),
+    ([{"type": "uniform", "ratio": 1.0, "capacity": 4}], "cannot serve 8"),
+    ([], "at least one"),
+])
+def test_bad_mixes_are_refused(specs, message):
+    with pytest.raises(ConfigError, match=message):
+        check_replay(cfg(*specs))
+
+
+def test_default_capacity_is_four_batches():
+    specs = buffer_specs(cfg({"type": "queue", "ratio": 0.25}, {"type": "uniform", "ratio": 0.75,
+                                                                  "capacity": 100}))
+    assert [s.capacity for s in specs] == [32, 100]
