@@ -10,24 +10,21 @@ from walle_ray.algos.impala.loss import clear_loss, impala_loss, laser_mask
 from walle_ray.batch import Rollout, concat_rollouts
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.optim import make_optimizer, scheduled_lr, set_lr
-from walle_ray.learners.reward_scale import RewardScaler, update_obs_norm
+from walle_ray.learners.reward_scale import update_obs_norm
+from walle_ray.learners.update_rule import UpdateRule
 from walle_ray.models import ActorCritic
 from walle_ray.ops import vtrace
 
 
-class IMPALAUpdate:
-    """Owns the optimizer; one call is one gradient step on one batch."""
+class IMPALAUpdate(UpdateRule):
+    """One call is one gradient step on one batch."""
 
     def __init__(self, cfg: IMPALAConfig, model: ActorCritic, collective: Collective,
                  normalize_reward: bool, total_env_steps: int, device: torch.device):
+        optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.eps,
+                                   cfg.rmsprop_alpha)
+        super().__init__(model, collective, optimizer, normalize_reward, total_env_steps, device)
         self.cfg = cfg
-        self.model = model
-        self.collective = collective
-        self.device = device
-        self.total_env_steps = total_env_steps
-        self.optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.eps,
-                                        cfg.rmsprop_alpha)
-        self.reward_scaler = RewardScaler() if normalize_reward else None
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg, dev = self.cfg, self.device
@@ -72,14 +69,3 @@ class IMPALAUpdate:
                    replayed_frac=float(replayed_t.mean()),
                    laser_kept=1.0 if mask_t is None else float(mask_t.mean()))
         return out
-
-    def state_dict(self) -> dict:
-        state = {"optimizer": self.optimizer.state_dict()}
-        if self.reward_scaler is not None:
-            state["return_norm"] = self.reward_scaler.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.reward_scaler is not None and "return_norm" in state:
-            self.reward_scaler.load_state_dict(state["return_norm"])

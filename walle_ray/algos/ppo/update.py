@@ -10,24 +10,21 @@ from walle_ray.algos.ppo.loss import adapt_kl_beta, ppo_clip_loss, ppo_kl_loss
 from walle_ray.batch import Rollout, concat_rollouts
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.optim import make_optimizer, scheduled_lr, set_lr
-from walle_ray.learners.reward_scale import RewardScaler, update_obs_norm
+from walle_ray.learners.reward_scale import update_obs_norm
+from walle_ray.learners.update_rule import UpdateRule
 from walle_ray.models import ActorCritic
 from walle_ray.ops import gae, next_values
 
 
-class PPOUpdate:
-    """Owns the optimizer and PPO's own state (KL coefficient, reward scale)."""
+class PPOUpdate(UpdateRule):
+    """Minibatch epochs over one batch; keeps the adaptive KL coefficient."""
 
     def __init__(self, cfg: PPOConfig, model: ActorCritic, collective: Collective,
                  normalize_reward: bool, total_env_steps: int, device: torch.device):
+        optimizer = make_optimizer(model.parameters(), "adam", cfg.lr, cfg.adam_eps)
+        super().__init__(model, collective, optimizer, normalize_reward, total_env_steps, device)
         self.cfg = cfg
-        self.model = model
-        self.collective = collective
-        self.device = device
-        self.total_env_steps = total_env_steps
-        self.optimizer = make_optimizer(model.parameters(), "adam", cfg.lr, cfg.adam_eps)
         self.beta = cfg.kl_beta_init
-        self.reward_scaler = RewardScaler() if normalize_reward else None
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg = self.cfg
@@ -104,13 +101,8 @@ class PPOUpdate:
         return out
 
     def state_dict(self) -> dict:
-        state = {"optimizer": self.optimizer.state_dict(), "beta": self.beta}
-        if self.reward_scaler is not None:
-            state["return_norm"] = self.reward_scaler.state_dict()
-        return state
+        return {**super().state_dict(), "beta": self.beta}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        super().load_state_dict(state)
         self.beta = float(state["beta"])
-        if self.reward_scaler is not None and "return_norm" in state:
-            self.reward_scaler.load_state_dict(state["return_norm"])
