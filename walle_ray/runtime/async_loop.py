@@ -48,6 +48,19 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
     counters.setdefault("dropped_fragments", 0)
     fleet.start()
     interval = _Interval()
+
+    def flush(now: float) -> None:
+        nonlocal interval, last
+        counters["wall_s"] += now - last
+        counters["iterations"] += 1
+        counters["env_steps_consumed"] += interval.consumed
+        counters["updates"] += interval.updates
+        record = _record(counters, window, interval, now - last, steps_at_start, now - started,
+                         fleet)
+        metrics.write(record)
+        progress.update(record)
+        interval, last = _Interval(), now
+
     while (reason := stop_reason(cfg, counters, window, started, signals)) is None:
         reports, learned = fleet.poll(counters["env_steps"])
         for r in reports:
@@ -59,19 +72,11 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
         for m in learned:
             interval.add_learner(m)
         now = time.perf_counter()
-        if now - last < cfg.run.report_every_s:
-            continue
-        counters["wall_s"] += now - last
-        counters["iterations"] += 1
-        counters["env_steps_consumed"] += interval.consumed
-        counters["updates"] += interval.updates
-        record = _record(counters, window, interval, now - last, steps_at_start, now - started,
-                         fleet)
-        metrics.write(record)
-        progress.update(record)
-        interval, last = _Interval(), now
-        if counters["iterations"] % cfg.run.checkpoint_every == 0:
-            checkpoint()
+        if now - last >= cfg.run.report_every_s:
+            flush(now)
+            if counters["iterations"] % cfg.run.checkpoint_every == 0:
+                checkpoint()
+    flush(time.perf_counter())  # the last partial interval, so the file ends where the run did
     return reason
 
 
