@@ -1,0 +1,62 @@
+"""Two learners joined by gloo take the same steps as one learner on both batches joined."""
+
+import numpy as np
+import ray as ray_module
+from omegaconf import OmegaConf
+
+from walle_ray.actors.sampler import Sampler
+from walle_ray.batch import concat_rollouts
+from walle_ray.envs import env_spaces
+from walle_ray.learners import Learner
+
+from conftest import make_cfg
+
+
+@ray_module.remote(num_cpus=0.1)
+class PlainLearner:
+    """A test's own Ray wrapper around the plain Learner role."""
+
+    def __init__(self, cfg, obs_space, action_space):
+        self.learner = Learner(cfg, obs_space, action_space)
+
+    def address(self):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return "127.0.0.1", s.getsockname()[1]
+
+    def join(self, address, port, rank, world):
+        self.learner.join_group(address, port, rank, world)
+
+    def train(self, batches):
+        for batch in batches:
+            self.learner.update([batch], env_steps=0)
+        return self.learner.model.get_weights()
+
+
+def test_two_learners_match_one_learner_on_the_joined_batches(ray_session):
+    ray = ray_session
+    cfg = make_cfg("algo=impala", "algo.optimizer=adam", "algo.lr=1e-2", "algo.max_grad_norm=1.0")
+    obs_space, action_space = env_spaces(cfg.env)
+    sampler = Sampler(OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model), 8, 0.99, 0, 0)
+    frags = [sampler.collect()[0] for _ in range(6)]
+    a, b = frags[0::2], frags[1::2]  # three steps, each on 4 rows per learner
+
+    single = Learner(cfg, obs_space, action_space)
+    for fa, fb in zip(a, b):
+        single.update([concat_rollouts([fa, fb])], env_steps=0)
+
+    pair = [PlainLearner.remote(cfg, obs_space, action_space) for _ in range(2)]
+    address, port = ray.get(pair[0].address.remote())
+    ray.get([lr.join.remote(address, port, rank, 2) for rank, lr in enumerate(pair)], timeout=120)
+    w0, w1 = ray.get([pair[0].train.remote(a), pair[1].train.remote(b)], timeout=120)
+    want = single.model.get_weights()
+    for key in want:
+        np.testing.assert_array_equal(w0[key], w1[key], err_msg=key)
+        np.testing.assert_allclose(w0[key], want[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    moved = max(np.abs(want[k] - Learner(cfg, obs_space, action_space).model.get_weights()[k]).max()
+                for k in want)
+    assert moved > 1e-3  # the updates did something
+    for lr in pair:
+        ray.kill(lr)
