@@ -16,7 +16,8 @@ LENGTH = 5
 
 
 def counting(truncate=False, envs=2):
-    return OmegaConf.structured(EnvConfig(name="counting", id="walle/Counting-v0", envs_per_sampler=envs,
+    return OmegaConf.structured(EnvConfig(name="counting", id="walle/Counting-v0",
+                                          envs_per_sampler=envs, normalize_reward=True,
                                           kwargs={"length": LENGTH, "truncate": truncate}))
 
 

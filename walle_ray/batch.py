@@ -23,7 +23,7 @@ class Rollout:
     dist_t: np.ndarray  # [T, B, D] float32 behaviour distribution parameters (logits or mean|log_std)
     v_t: np.ndarray  # [T, B] float32 behaviour value estimate of obs_t
     final_v_t: np.ndarray  # [T, B] float32 value of the final observation where truncated_t, else 0
-    return_t: np.ndarray  # [T, B] float32 running discounted return (for reward scaling)
+    return_t: np.ndarray  # [T, B] float32 running discounted return (zeros unless env.normalize_reward)
     last_obs: np.ndarray  # [B, *obs_shape] observation after the fragment (for bootstrapping)
     last_v: np.ndarray  # [B] float32 behaviour value of last_obs
     version_b: np.ndarray  # [B] int64 version of the weights that acted, per row

@@ -33,6 +33,8 @@ class Sampler:
         self.model.eval()
         self.version = -1
         self.obs = self.env.reset(seed=seed + 10_007 * index)
+        # The discounted return only feeds reward scaling; skip it when that is off.
+        self.track_return = bool(env_cfg.normalize_reward)
         self.disc_return = np.zeros(self.env.num_envs, dtype=np.float32)
         self.total_steps = 0
 
@@ -61,7 +63,7 @@ class Sampler:
         logp_t = np.empty((T, B), np.float32)
         v_t = np.empty((T, B), np.float32)
         final_v_t = np.zeros((T, B), np.float32)
-        return_t = np.empty((T, B), np.float32)
+        return_t = np.zeros((T, B), np.float32)
         action_t = dist_t = None
         returns, lengths = [], []
         for t in range(T):
@@ -75,11 +77,13 @@ class Sampler:
             if step.truncated.any():
                 rows = np.flatnonzero(step.truncated)
                 final_v_t[t, rows] = self._value(step.final_obs[rows])
-            self.disc_return = self.disc_return * self.gamma + step.reward
-            return_t[t] = self.disc_return
-            self.disc_return[step.terminated | step.truncated] = 0.0
-            returns += step.episode_returns
-            lengths += step.episode_lengths
+            if self.track_return:
+                self.disc_return = self.disc_return * self.gamma + step.reward
+                return_t[t] = self.disc_return
+                self.disc_return[step.terminated | step.truncated] = 0.0
+            if step.episode_returns:
+                returns += step.episode_returns
+                lengths += step.episode_lengths
             self.obs = step.obs
         last_v = self._value(self.obs)
         self.total_steps += T * B

@@ -9,7 +9,11 @@ from walle_ray.envs.base import EpisodeTracker, StepResult
 
 
 class GymVectorEnv:
-    """B gymnasium envs in one process; cheaper than gymnasium's wrappers for small B."""
+    """B gymnasium envs in one process; cheaper than gymnasium's wrappers for small B.
+
+    ``step`` fills buffers it reuses: its arrays are valid until the next call, except
+    ``obs``, which is double-buffered so the caller may act on it during the next step.
+    """
 
     def __init__(self, env_id: str, num_envs: int, max_episode_steps: int | None = None,
                  kwargs: dict | None = None):
@@ -24,6 +28,13 @@ class GymVectorEnv:
         self._obs_dtype = (np.float32 if np.issubdtype(self.observation_space.dtype, np.floating)
                            else self.observation_space.dtype)
         self._tracker = EpisodeTracker(num_envs)
+        shape = (num_envs, *self.observation_space.shape)
+        self._obs = [np.empty(shape, self._obs_dtype), np.empty(shape, self._obs_dtype)]
+        self._final_obs = np.zeros(shape, self._obs_dtype)
+        self._reward = np.empty(num_envs, np.float32)
+        self._terminated = np.empty(num_envs, bool)
+        self._truncated = np.empty(num_envs, bool)
+        self._flip = 0
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs = [env.reset(seed=None if seed is None else seed + i)[0]
@@ -37,12 +48,10 @@ class GymVectorEnv:
     def step(self, actions: np.ndarray) -> StepResult:
         if self._box_actions:
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
-        n = self.num_envs
-        obs = np.empty((n, *self.observation_space.shape), dtype=self._obs_dtype)
-        final_obs = np.zeros_like(obs)
-        reward = np.empty(n, dtype=np.float32)
-        terminated = np.empty(n, dtype=bool)
-        truncated = np.empty(n, dtype=bool)
+        obs = self._obs[self._flip]
+        self._flip ^= 1
+        final_obs, reward = self._final_obs, self._reward
+        terminated, truncated = self._terminated, self._truncated
         for i, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(actions[i])
             reward[i], terminated[i], truncated[i] = r, term, trunc
