@@ -29,7 +29,7 @@ def test_async_cli_runs_through_memories_to_two_learners(tmp_path):
     last = recs[-1]
     assert last["updates"] > 0 and last["env_steps_consumed"] > 0
     assert all(r["dropped_fragments"] == 0 for r in recs)
-    assert "learn/policy_loss" in last and "memory/1/queue_size" in last
+    assert any("learn/policy_loss" in r for r in recs) and "memory/1/queue_size" in last
     assert last["return"] == pytest.approx(10.0)  # every counting episode pays 1 for 10 steps
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
 

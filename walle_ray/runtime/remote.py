@@ -31,7 +31,6 @@ class SamplerWorker:
         self.source = weights_source
         self.memory = memory
         self.sampler = Sampler(*sampler_args, **sampler_kwargs)
-        self.asking = None  # a weights request in flight (streaming mode)
 
     def _pull(self, version: int | None = None) -> None:
         """Fetch newer weights; with a known ``version`` it asks only when that is newer."""
@@ -48,29 +47,17 @@ class SamplerWorker:
         self._pull(version)
         return self.sampler.collect()
 
-    def _pull_if_ready(self) -> None:
-        """Streaming mode: apply newer weights if the request in flight has come back, and
-        keep one request in flight, so the sampler never waits on the parameter server."""
-        if self.asking is not None:
-            ready, _ = ray.wait([self.asking], timeout=0)
-            if not ready:
-                return
-            latest = ray.get(self.asking)
-            if latest is not None and latest[0] > self.sampler.version:
-                self.sampler.set_weights(ray.get(latest[1][0]), latest[0])
-        self.asking = self.source.latest.remote(self.sampler.version)
-
     def run(self, num_fragments: int) -> dict:
         """Collect fragments into the memory, one put in flight so collection overlaps it.
 
-        The first fragment waits for weights; later ones use the newest that have arrived."""
+        Each fragment starts from the newest weights, fetched with a blocking call: a
+        request kept in flight instead saves ~1 ms per fragment but adds a fragment of
+        policy lag, which cost IMPALA on CartPole about half again as many steps."""
         total = {"sampler": self.sampler.index, "env_steps": 0, "episode_returns": [],
                  "episode_lengths": [], "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0}
         pending = None
-        if self.sampler.version < 0:
-            self._pull()
         for _ in range(num_fragments):
-            self._pull_if_ready()
+            self._pull()
             rollout, stats = self.sampler.collect()
             if pending is not None:
                 total["put_wait_s"] += ray.get(pending)
