@@ -65,7 +65,9 @@ def test_killed_sampler_is_restarted_and_the_run_goes_on(ray_session):
 
 @pytest.mark.slow
 def test_impala_learns_cartpole_to_475(tmp_path):
+    # Asynchronous timing makes the step count vary (about 160k to 370k over seeds), so the
+    # budget leaves room; the run stops as soon as the mean return reaches 475.
     out = run_cli("algo=impala", "env=cartpole", "topology=4a1m1l", "logger.progress=line",
-                  f"hydra.run.dir={tmp_path}", timeout=600).stdout
+                  "run.total_env_steps=1500000", f"hydra.run.dir={tmp_path}", timeout=600).stdout
     assert records(tmp_path)[-1]["return"] >= 475, out[-2000:]
     assert "stopped (return)" in out

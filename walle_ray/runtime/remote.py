@@ -1,7 +1,7 @@
 """The one place that turns role classes into Ray actors.
 
-Workers here only move references: weights and fragments stay in the object store and are
-read zero-copy where they are used.
+Weights are put in the object store once per version and passed by reference; fragments
+travel as task results and arguments, read zero-copy from the object store where they land.
 """
 
 from __future__ import annotations
