@@ -27,7 +27,11 @@ def machine() -> dict:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def write_result(name: str, result: dict) -> Path:
+def write_result(name: str, result: dict, dry_run: bool = False) -> Path | None:
+    """Write benchmarks/results/<name>.json with the machine; with ``dry_run`` only print it."""
+    if dry_run:
+        print(json.dumps(result, indent=2))
+        return None
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"benchmark": name, "machine": machine(), **result}, indent=2) + "\n")

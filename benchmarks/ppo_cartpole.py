@@ -100,10 +100,7 @@ def main() -> None:
         "runs": per_run,
         "met_target": all(s["met_target"] for s in per_topology.values()),
     }
-    if args.dry_run:
-        print(json.dumps(result, indent=2))
-    else:
-        write_result(NAME, result)
+    write_result(NAME, result, args.dry_run)
 
 
 if __name__ == "__main__":

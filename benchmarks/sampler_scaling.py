@@ -23,7 +23,6 @@ Target: speedup >= 0.85 * N for every N up to 32.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shlex
 import statistics
@@ -148,10 +147,7 @@ def main() -> None:
         "per_samplers": rows,
         "met_target": all(r["met_target"] for r in rows),
     }
-    if args.dry_run:
-        print(json.dumps(result, indent=2))
-    else:
-        write_result(NAME if args.batch else f"{NAME}_fixed_fragment", result)
+    write_result(NAME if args.batch else f"{NAME}_fixed_fragment", result, args.dry_run)
 
 
 if __name__ == "__main__":

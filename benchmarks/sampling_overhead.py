@@ -194,10 +194,7 @@ def main() -> None:
         "met_target_streaming": overhead_stream < TARGET_OVERHEAD,
     }
     name = "sampling_overhead" if args.env == "cartpole" else f"sampling_overhead_{args.env}"
-    if args.dry_run:
-        print(json.dumps(result, indent=2))
-    else:
-        write_result(name, result)
+    write_result(name, result, args.dry_run)
 
 
 if __name__ == "__main__":
