@@ -16,7 +16,6 @@ Stable-Baselines3 PPO needs about 12 s and RLlib PPO about 18 s.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import shutil
 import statistics

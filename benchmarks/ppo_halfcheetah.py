@@ -10,7 +10,6 @@ time and the collection/learning split. Target: at least 3000 at 1M steps.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path

@@ -26,7 +26,6 @@ Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys

@@ -155,6 +155,8 @@ def validate(cfg: DictConfig) -> None:
              f"got {cfg.model.activation!r}; use tanh or relu")
     _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
              "model.hidden", "needs one or more positive layer widths")
+    _require(cfg.logger.name == "console", "logger.name",
+             f"got {cfg.logger.name!r}; the only logger is console (metrics.jsonl and the progress line)")
     _require(cfg.logger.progress in ("auto", "line", "off"), "logger.progress",
              f"got {cfg.logger.progress!r}; use auto, line or off")
     _require(cfg.eval.episodes > 0, "eval.episodes", "must be positive")
