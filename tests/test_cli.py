@@ -21,7 +21,8 @@ def metrics(run_dir):
 
 def test_help_lists_groups_and_options():
     out = run_cli("--help").stdout
-    for text in ("algo: impala, ppo, ppo_kl", "env: cartpole, halfcheetah, hopper, pong", "32a4m4l", "local"):
+    for text in ("algo: apex, apex_ddpg, ddpg, dqn, impala, ppo, ppo_kl, td3",
+                 "env: cartpole, halfcheetah, hopper, pendulum, pong", "32a4m4l", "local"):
         assert text in out
 
 
@@ -60,6 +61,11 @@ def test_smoke_run_writes_metrics_and_checkpoint_and_resumes(tmp_path, topology)
     (["algo.gamma=2"], "algo.gamma: must be in (0, 1]"),
     (["mode=eval", "run.checkpoint=/nonexistent.pt"], "does not exist"),
     (["learner.num_gpus=1", "topology=local"], "learner.num_gpus"),
+    (["algo=dqn", "env=halfcheetah"], "DQN needs a discrete action space (gymnasium Discrete); "
+                                      "this env has Box(-1.0, 1.0, (6,), float32)"),
+    (["algo=td3", "env=pong"], "TD3 needs a continuous action space (a 1-D gymnasium Box); "
+                               "this env has Discrete(6)"),
+    (["algo=apex", "algo.replay_ratio=-1"], "algo.replay_ratio: must be positive"),
 ])
 def test_bad_input_is_a_clear_error_not_a_traceback(args, message):
     proc = run_cli(*args, "hydra.run.dir=/tmp/walle_ray_bad_input", check=False, timeout=120)

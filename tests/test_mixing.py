@@ -43,9 +43,9 @@ def test_queue_is_bounded_and_replay_evicts_oldest():
     a, b, c = fragments(3)
     memory.put(a)
     memory.put(b)
-    assert not memory.has_room(4)  # the on-policy queue waits for a learner
+    assert not memory.has_room(c)  # the on-policy queue waits for a learner
     memory.sample()
-    assert memory.has_room(4)
+    assert memory.has_room(c)
     memory.put(c)
     assert {int(r.version_b[0]) for r in memory.buffers[1].rows} == {1, 2}
 

@@ -59,3 +59,43 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
     return Rollout(**{f.name: np.concatenate([getattr(r, f.name) for r in rollouts],
                                              axis=0 if f.name in ROW_FIELDS else 1)
                       for f in fields(Rollout)})
+
+
+@dataclass
+class Transitions:
+    """N-step transitions a replay sampler emits: flat ``[N, ...]`` arrays.
+
+    A transition from step t sums k rewards, k = n or fewer where the episode ended first:
+    ``reward = sum_{i<k} gamma^i r_{t+i}``. ``discount`` is ``gamma^k`` when the learner
+    should bootstrap from ``next_obs`` (the observation k steps later; the final one of the
+    episode when it was cut by a time limit) and 0 when the episode terminated.
+    """
+
+    obs: np.ndarray  # [N, *obs_shape] observation the action was taken in (uint8 frames stay uint8)
+    action: np.ndarray  # [N] int64 or [N, act_dim] float32 within the action bounds
+    reward: np.ndarray  # [N] float32 n-step discounted reward
+    discount: np.ndarray  # [N] float32 gamma^k, or 0 after a terminal state
+    next_obs: np.ndarray  # [N, *obs_shape] observation to bootstrap from
+    priority: np.ndarray  # [N] float32 initial priority: |TD error| under the sampler's network
+    version_b: np.ndarray  # [N] int64 version of the weights that acted
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.reward.shape[0])
+
+    def check(self) -> None:
+        """Raise ValueError when arrays disagree on N."""
+        n = self.reward.shape[0]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value.shape[:1] != (n,):
+                raise ValueError(f"{type(self).__name__}.{f.name} has shape {value.shape}, "
+                                 f"expected ({n},) first")
+
+
+@dataclass
+class ReplayBatch(Transitions):
+    """Transitions sampled from a replay shard, with what prioritized replay adds."""
+
+    weight: np.ndarray  # [N] float32 importance-sampling weight, max-normalised (ones if uniform)
+    index: np.ndarray  # [N] int64 insert id of each transition, for ``update_priorities``

@@ -53,50 +53,72 @@ class Sampler:
         return self.model(torch.from_numpy(obs))[1].numpy()
 
     def collect(self) -> tuple[Rollout, dict]:
-        """One fragment, and stats of the episodes that ended during it."""
+        """One fragment, and stats of the episodes that ended during it.
+
+        The env writes each step straight into the fragment's arrays: the next
+        observation into ``obs_t[t + 1]`` (the last into ``last_obs``), rewards and flags
+        into row ``t``."""
         t0 = time.perf_counter()
         T, B = self.fragment_length, self.env.num_envs
         obs_t = np.empty((T, *self.obs.shape), dtype=self.obs.dtype)
+        obs_t[0] = self.obs
+        last_obs = np.empty_like(self.obs)
         reward_t = np.empty((T, B), np.float32)
         terminated_t = np.empty((T, B), bool)
         truncated_t = np.empty((T, B), bool)
         logp_t = np.empty((T, B), np.float32)
         v_t = np.empty((T, B), np.float32)
         final_v_t = np.zeros((T, B), np.float32)
-        return_t = np.zeros((T, B), np.float32)
         action_t = dist_t = None
         returns, lengths = [], []
         for t in range(T):
-            action, logp, params, value = self._act(self.obs)
+            action, logp, params, value = self._act(obs_t[t])
             if action_t is None:
                 action_t = np.empty((T, *action.shape), action.dtype)
                 dist_t = np.empty((T, *params.shape), np.float32)
-            obs_t[t], action_t[t], logp_t[t], dist_t[t], v_t[t] = self.obs, action, logp, params, value
-            step = self.env.step(action)
-            reward_t[t], terminated_t[t], truncated_t[t] = step.reward, step.terminated, step.truncated
-            if step.truncated.any():
-                rows = np.flatnonzero(step.truncated)
-                final_v_t[t, rows] = self._value(step.final_obs[rows])
-            if self.track_return:
-                self.disc_return = self.disc_return * self.gamma + step.reward
-                return_t[t] = self.disc_return
-                self.disc_return[step.terminated | step.truncated] = 0.0
-            if step.episode_returns:
-                returns += step.episode_returns
-                lengths += step.episode_lengths
-            self.obs = step.obs
-        last_v = self._value(self.obs)
+            action_t[t], logp_t[t], dist_t[t], v_t[t] = action, logp, params, value
+            ended = self.env.step(action, obs_t[t + 1] if t + 1 < T else last_obs,
+                                  reward_t[t], terminated_t[t], truncated_t[t])
+            if ended is not None:
+                rows = np.flatnonzero(truncated_t[t])
+                if rows.size:
+                    final_v_t[t, rows] = self._value(ended.final_obs[rows])
+                returns += ended.episode_returns
+                lengths += ended.episode_lengths
+        self.obs = last_obs
+        last_v = self._value(last_obs)
         self.total_steps += T * B
         rollout = Rollout(obs_t=obs_t, action_t=action_t, reward_t=reward_t,
                           terminated_t=terminated_t, truncated_t=truncated_t, logp_t=logp_t,
-                          dist_t=dist_t, v_t=v_t, final_v_t=final_v_t, return_t=return_t,
-                          last_obs=self.obs.copy(), last_v=last_v,
+                          dist_t=dist_t, v_t=v_t, final_v_t=final_v_t,
+                          return_t=self._discounted_returns(reward_t, terminated_t | truncated_t),
+                          last_obs=last_obs, last_v=last_v,
                           version_b=np.full(B, self.version, np.int64),
                           replayed_b=np.zeros(B, bool))
         stats = {"sampler": self.index, "env_steps": T * B, "episode_returns": returns,
                  "episode_lengths": lengths, "policy_version": self.version,
                  "collect_s": time.perf_counter() - t0}
         return rollout, stats
+
+    def _discounted_returns(self, reward_t: np.ndarray, done_t: np.ndarray) -> np.ndarray:
+        """Running discounted return of each env at each step, reset after an episode ends
+        and carried across fragments; it feeds reward scaling only, so it is zeros (and
+        costs nothing) when that is off. Plain floats: cheaper than numpy for one column."""
+        return_t = np.zeros_like(reward_t)
+        if not self.track_return:
+            return return_t
+        gamma = self.gamma
+        for b, (rewards, dones) in enumerate(zip(reward_t.T.tolist(), done_t.T.tolist())):
+            g = float(self.disc_return[b])
+            column = []
+            for r, d in zip(rewards, dones):
+                g = g * gamma + r
+                column.append(g)
+                if d:
+                    g = 0.0
+            return_t[:, b] = column
+            self.disc_return[b] = g
+        return return_t
 
     def close(self) -> None:
         self.env.close()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from walle_ray.algos.ddpg import APEX_DDPG, DDPG, TD3
+from walle_ray.algos.dqn import APEX, DQN
 from walle_ray.algos.impala import IMPALA
 from walle_ray.algos.ppo import PPO
 from walle_ray.algos.spec import Algorithm
 from walle_ray.config import ConfigError
 
-ALGORITHMS: dict[str, Algorithm] = {algo.name: algo for algo in (PPO, IMPALA)}
+ALGORITHMS: dict[str, Algorithm] = {algo.name: algo for algo in (PPO, IMPALA, DQN, APEX, DDPG, TD3, APEX_DDPG)}
 
 
 def algorithm_for(algo_cfg: DictConfig) -> Algorithm:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import gymnasium as gym
 from omegaconf import DictConfig
@@ -17,7 +17,13 @@ class Algorithm:
     into a parameter update (it owns the optimizer); ``loop`` names the driver loop;
     ``validate(cfg)`` raises ConfigError for settings that cannot work;
     ``check_spaces(obs_space, action_space)`` refuses environments the algorithm cannot act in;
-    ``fragment_length(cfg, topology)`` is the number of steps per env in one fragment.
+    ``fragment_length(cfg, topology)`` is the number of steps per env in one fragment;
+    ``make_model(obs_space, action_space, cfg)`` builds the network learners train and
+    samplers act with (anything with ``get_weights`` / ``set_weights``).
+
+    Replay-based algorithms also name an ``explorer``: the class a replay sampler acts with
+    (see ``walle_ray/actors/replay_sampler.py``); their memories are prioritized replay
+    shards and their updates return new priorities.
     """
 
     name: str
@@ -27,6 +33,24 @@ class Algorithm:
     fragment_length: Callable
     validate: Callable[[DictConfig], None]
     check_spaces: Callable[[gym.Space, gym.Space], None]
+    make_model: Callable[..., Any] = None  # type: ignore[assignment]  # set in __post_init__
+    explorer: Optional[type] = None
+
+    def __post_init__(self) -> None:
+        if self.make_model is None:
+            object.__setattr__(self, "make_model", actor_critic_model)
+
+    @property
+    def replay(self) -> bool:
+        """Whether samplers emit n-step transitions into replay shards."""
+        return self.explorer is not None
+
+
+def actor_critic_model(obs_space: gym.Space, action_space: gym.Space, cfg):
+    """The policy-gradient methods' network: ``ActorCritic`` from ``cfg.model`` and ``cfg.env``."""
+    from walle_ray.models import make_actor_critic
+
+    return make_actor_critic(obs_space, action_space, cfg.model, cfg.env.normalize_obs)
 
 
 def check_policy_spaces(algo_name: str) -> Callable[[gym.Space, gym.Space], None]:
@@ -40,5 +64,37 @@ def check_policy_spaces(algo_name: str) -> Callable[[gym.Space, gym.Space], None
         if not ok:
             raise ConfigError(f"{algo_name} needs a Discrete or 1-D Box action space; "
                               f"this env has {action_space}")
+
+    return check
+
+
+def check_discrete(algo_name: str) -> Callable[[gym.Space, gym.Space], None]:
+    """A ``check_spaces`` for value-based methods that pick among finitely many actions."""
+
+    def check(obs_space: gym.Space, action_space: gym.Space) -> None:
+        from walle_ray.config import ConfigError
+
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ConfigError(f"{algo_name} needs a discrete action space (gymnasium Discrete); "
+                              f"this env has {action_space}. For continuous actions use "
+                              "algo=td3, algo=ddpg or algo=ppo")
+
+    return check
+
+
+def check_continuous(algo_name: str) -> Callable[[gym.Space, gym.Space], None]:
+    """A ``check_spaces`` for deterministic-policy methods: bounded 1-D Box actions."""
+
+    def check(obs_space: gym.Space, action_space: gym.Space) -> None:
+        import numpy as np
+
+        from walle_ray.config import ConfigError
+
+        if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
+            raise ConfigError(f"{algo_name} needs a continuous action space (a 1-D gymnasium Box); "
+                              f"this env has {action_space}. For discrete actions use "
+                              "algo=dqn, algo=apex, algo=impala or algo=ppo")
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ConfigError(f"{algo_name} needs bounded actions; this env has {action_space}")
 
     return check

@@ -38,8 +38,9 @@ class MixedMemory:
         self.rows_in = 0
         self.rows_out = 0
 
-    def has_room(self, rows: int) -> bool:
-        """Whether ``rows`` more rows fit without dropping on-policy data."""
+    def has_room(self, rollout: Rollout) -> bool:
+        """Whether the fragment's rows fit without dropping on-policy data."""
+        rows = rollout.reward_t.shape[1]
         return self.queue is None or len(self.queue) + rows <= self.queue.capacity
 
     def put(self, rollout: Rollout) -> None:

@@ -7,10 +7,10 @@ import difflib
 import gymnasium as gym
 
 from walle_ray.config import ConfigError, EnvConfig
-from walle_ray.envs.base import StepResult, VectorEnv
+from walle_ray.envs.base import Ended, VectorEnv
 from walle_ray.envs.testing import register_test_envs
 
-__all__ = ["StepResult", "VectorEnv", "check_env_id", "env_spaces", "make_vector_env"]
+__all__ = ["Ended", "VectorEnv", "check_env_id", "env_spaces", "make_vector_env"]
 
 register_test_envs()
 

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from walle_ray.envs.base import EpisodeTracker, StepResult
+from walle_ray.envs.base import Ended, EpisodeTracker
 
 
 def ale_game_name(env_id: str) -> str:
@@ -50,17 +50,20 @@ class AtariEnv:
         self._tracker = EpisodeTracker(num_envs=self.num_envs)
         return obs
 
-    def step(self, actions: np.ndarray) -> StepResult:
-        obs, raw, terminated, truncated, info = self.env.step(np.asarray(actions, dtype=np.int64))
+    def step(self, actions: np.ndarray, obs: np.ndarray, reward: np.ndarray,
+             terminated: np.ndarray, truncated: np.ndarray) -> Ended | None:
+        next_obs, raw, term, trunc, info = self.env.step(np.asarray(actions, dtype=np.int64))
+        obs[...] = next_obs
+        terminated[...] = term
+        truncated[...] = trunc
         raw = raw.astype(np.float32)
-        done = terminated | truncated
-        final_obs = info["final_obs"] if done.any() else np.zeros_like(obs)
-        game_over = done
-        if self.episodic_life:
-            game_over = truncated | (terminated & (info["lives"] == 0))
+        reward[...] = np.sign(raw) if self.clip_rewards else raw
+        done = term | trunc
+        game_over = truncated | (terminated & (info["lives"] == 0)) if self.episodic_life else done
         rets, lens = self._tracker.update(raw, game_over)
-        reward = np.sign(raw) if self.clip_rewards else raw
-        return StepResult(obs, reward, terminated, truncated, final_obs, rets, lens)
+        if not done.any():
+            return None
+        return Ended(info["final_obs"], rets, lens)
 
     def close(self) -> None:
         self.env.close()

@@ -10,27 +10,29 @@ import numpy as np
 
 
 @dataclass
-class StepResult:
-    """One step of B environments.
+class Ended:
+    """The episodes that ended in one step of B environments (None when none did).
 
-    ``obs`` is the next observation to act on: for an env whose episode just ended it is
-    already the first observation of the next episode, and the last observation of the
-    ended episode is in ``final_obs`` (rows where ``terminated | truncated``).
-    ``reward`` is what the learner sees (clipped for Atari); finished episodes report the
-    raw score in ``episode_returns``.
+    The row views the sampler passed to ``step`` already hold the step's data: ``obs``
+    is the next observation to act on (for an env whose episode just ended, the first
+    observation of the next one) and ``reward`` is what the learner sees (clipped for
+    Atari). ``final_obs`` holds the last observation of each ended episode in rows where
+    ``terminated | truncated``; ``episode_returns`` are raw scores of finished episodes.
     """
 
-    obs: np.ndarray  # [B, *obs_shape]
-    reward: np.ndarray  # [B] float32
-    terminated: np.ndarray  # [B] bool, the MDP ended: no bootstrap
-    truncated: np.ndarray  # [B] bool, cut by a time limit: bootstrap from final_obs
     final_obs: np.ndarray  # [B, *obs_shape], valid where terminated | truncated
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
 
 
 class VectorEnv(Protocol):
-    """B copies of one environment stepped as a batch, with same-step autoreset."""
+    """B copies of one environment stepped as a batch, with same-step autoreset.
+
+    ``step`` writes into the caller's arrays, so a sampler's fragment is filled in place:
+    ``obs`` [B, *obs_shape], ``reward`` [B] float32 and ``terminated`` / ``truncated``
+    [B] bool (terminated: the MDP ended, no bootstrap; truncated: cut by a time limit,
+    bootstrap from ``final_obs``).
+    """
 
     num_envs: int
     observation_space: gym.Space  # of one env
@@ -38,7 +40,8 @@ class VectorEnv(Protocol):
 
     def reset(self, seed: int | None = None) -> np.ndarray: ...
 
-    def step(self, actions: np.ndarray) -> StepResult: ...
+    def step(self, actions: np.ndarray, obs: np.ndarray, reward: np.ndarray,
+             terminated: np.ndarray, truncated: np.ndarray) -> Ended | None: ...
 
     def close(self) -> None: ...
 

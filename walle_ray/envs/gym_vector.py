@@ -5,14 +5,14 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from walle_ray.envs.base import EpisodeTracker, StepResult
+from walle_ray.envs.base import Ended
 
 
 class GymVectorEnv:
     """B gymnasium envs in one process; cheaper than gymnasium's wrappers for small B.
 
-    ``step`` fills buffers it reuses: its arrays are valid until the next call, except
-    ``obs``, which is double-buffered so the caller may act on it during the next step.
+    Episode bookkeeping is plain Python numbers kept inside the loop over the envs: per
+    step it costs less than one numpy call.
     """
 
     def __init__(self, env_id: str, num_envs: int, max_episode_steps: int | None = None,
@@ -27,14 +27,9 @@ class GymVectorEnv:
         self._box_actions = isinstance(self.action_space, gym.spaces.Box)
         self._obs_dtype = (np.float32 if np.issubdtype(self.observation_space.dtype, np.floating)
                            else self.observation_space.dtype)
-        self._tracker = EpisodeTracker(num_envs)
-        shape = (num_envs, *self.observation_space.shape)
-        self._obs = [np.empty(shape, self._obs_dtype), np.empty(shape, self._obs_dtype)]
-        self._final_obs = np.zeros(shape, self._obs_dtype)
-        self._reward = np.empty(num_envs, np.float32)
-        self._terminated = np.empty(num_envs, bool)
-        self._truncated = np.empty(num_envs, bool)
-        self._flip = 0
+        self._final_obs = np.zeros((num_envs, *self.observation_space.shape), self._obs_dtype)
+        self._returns = [0.0] * num_envs
+        self._lengths = [0] * num_envs
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs = [env.reset(seed=None if seed is None else seed + i)[0]
@@ -42,25 +37,31 @@ class GymVectorEnv:
         if seed is not None:
             for i, env in enumerate(self.envs):
                 env.action_space.seed(seed + i)
-        self._tracker = EpisodeTracker(self.num_envs)
+        self._returns = [0.0] * self.num_envs
+        self._lengths = [0] * self.num_envs
         return np.asarray(obs, dtype=self._obs_dtype)
 
-    def step(self, actions: np.ndarray) -> StepResult:
+    def step(self, actions: np.ndarray, obs: np.ndarray, reward: np.ndarray,
+             terminated: np.ndarray, truncated: np.ndarray) -> Ended | None:
         if self._box_actions:
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
-        obs = self._obs[self._flip]
-        self._flip ^= 1
-        final_obs, reward = self._final_obs, self._reward
-        terminated, truncated = self._terminated, self._truncated
+        returns, lengths = self._returns, self._lengths
+        ended = None
         for i, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(actions[i])
             reward[i], terminated[i], truncated[i] = r, term, trunc
+            returns[i] += r
+            lengths[i] += 1
             if term or trunc:
-                final_obs[i] = o
+                if ended is None:
+                    ended = Ended(self._final_obs)
+                ended.final_obs[i] = o
+                ended.episode_returns.append(returns[i])
+                ended.episode_lengths.append(lengths[i])
+                returns[i], lengths[i] = 0.0, 0
                 o, _ = env.reset()
             obs[i] = o
-        rets, lens = self._tracker.update(reward, terminated | truncated)
-        return StepResult(obs, reward, terminated, truncated, final_obs, rets, lens)
+        return ended
 
     def close(self) -> None:
         for env in self.envs:

@@ -8,9 +8,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from walle_ray.batch import Rollout
+from walle_ray.batch import Rollout, Transitions
 from walle_ray.learners.collective import Collective, TorchCollective
-from walle_ray.models import make_actor_critic
 
 
 # Batches arrive as read-only numpy views of the Ray object store; learners only read them.
@@ -26,13 +25,12 @@ class Learner:
         torch.manual_seed(cfg.run.seed)
         self.cfg = cfg
         self.device = torch.device(device)
-        self.model = make_actor_critic(obs_space, action_space, cfg.model,
-                                       cfg.env.normalize_obs).to(self.device)
-        self.collective: Collective = Collective()
         from walle_ray.algos import algorithm_for  # algorithms import learners' collectives
 
-        self.update_rule = algorithm_for(cfg.algo).make_update(cfg, self.model, self.collective,
-                                                               self.device)
+        algo = algorithm_for(cfg.algo)
+        self.model = algo.make_model(obs_space, action_space, cfg).to(self.device)
+        self.collective: Collective = Collective()
+        self.update_rule = algo.make_update(cfg, self.model, self.collective, self.device)
         self.version = 0
 
     def join_group(self, address: str, port: int, rank: int, world_size: int) -> None:
@@ -46,8 +44,9 @@ class Learner:
     def weights(self) -> tuple[int, dict[str, np.ndarray]]:
         return self.version, self.model.get_weights()
 
-    def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
-        """One algorithm update on these fragments; returns its metrics."""
+    def update(self, rollouts: list[Rollout] | list[Transitions], env_steps: int) -> dict:
+        """One algorithm update on these fragments (or replay batches); returns its metrics,
+        with the batch's new priorities under ``priorities`` for replay-based algorithms."""
         for r in rollouts:
             r.check()
         self.model.train()

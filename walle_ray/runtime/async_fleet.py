@@ -11,10 +11,25 @@ import time
 import gymnasium as gym
 from omegaconf import DictConfig
 
+from walle_ray.algos import algorithm_for
 from walle_ray.algos.impala import buffer_specs
 from walle_ray.buffers.mixed import MixedMemory
+from walle_ray.buffers.prioritized import PrioritizedReplay
 from walle_ray.runtime.fleet import LocalRoles, RayRoles, RoleFailed
 from walle_ray.topology import ResourcePlan, Topology
+
+
+def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
+    """Class and constructor arguments of memory k: a replay shard for replay-based
+    algorithms, else IMPALA's mix of on-policy queue and replay buffers."""
+    a = cfg.algo
+    if algorithm_for(a).replay:
+        return PrioritizedReplay, (a.capacity, a.batch_size), dict(
+            prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,
+            beta_anneal_updates=a.beta_anneal_updates, eps=a.priority_eps,
+            learning_starts=a.learning_starts, replay_ratio=a.replay_ratio,
+            max_lead=a.max_lead, seed=cfg.run.seed + k)
+    return MixedMemory, (buffer_specs(a), a.batch_size, cfg.run.seed + k), {}
 
 
 class AsyncLocalFleet(LocalRoles):
@@ -23,9 +38,12 @@ class AsyncLocalFleet(LocalRoles):
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         super().__init__(cfg, topo, obs_space, action_space)
-        specs = buffer_specs(cfg.algo)
-        self.memories = [MixedMemory(specs, cfg.algo.batch_size, cfg.run.seed + k)
-                         for k in range(topo.memories)]
+        self.memories = [cls(*args, **kwargs) for cls, args, kwargs in
+                         (memory_spec(cfg, k) for k in range(topo.memories))]
+        # Free-running replay (no replay ratio) could always serve another batch.
+        self.max_updates = (cfg.algo.updates_per_call
+                            if algorithm_for(cfg.algo).replay and cfg.algo.replay_ratio is None
+                            else None)
         self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
 
     def start(self) -> None:
@@ -37,15 +55,20 @@ class AsyncLocalFleet(LocalRoles):
             self.pull(sampler)
             rollout, stats = sampler.collect()
             memory = self.memories[self.topo.memory_of_sampler(i)]
-            stats["dropped"] = 0 if memory.has_room(rollout.reward_t.shape[1]) else 1
+            stats["dropped"] = 0 if memory.has_room(rollout) else 1
             if not stats["dropped"]:
                 memory.put(rollout)
             reports.append(stats)
         learned = []
         for memory in self.memories:
-            while memory.can_sample():
+            updates = 0
+            while memory.can_sample() and (self.max_updates is None or updates < self.max_updates):
                 batch = memory.sample()
                 metrics = self.learner.update([batch], env_steps)
+                priorities = metrics.pop("priorities", None)
+                if priorities is not None:
+                    memory.update_priorities(batch.index, priorities)
+                updates += 1
                 self.publish()
                 metrics.update(updates=1, env_steps_consumed=batch.num_steps, batch_wait_s=0.0)
                 learned.append(metrics)
@@ -61,12 +84,11 @@ class AsyncRayFleet(RayRoles):
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
         super().__init__(cfg, topo, obs_space, action_space, plan, timeout_s)
-        specs = buffer_specs(cfg.algo)
-        self.memories = [
-            self.remote.RemoteAsyncMemory.options(name=f"walle/memory-{k}",
-                                                  num_cpus=plan.memory_cpus).remote(
-                specs, cfg.algo.batch_size, cfg.run.seed + k)
-            for k in range(topo.memories)]
+        self.memories = []
+        for k in range(topo.memories):
+            cls, args, kwargs = memory_spec(cfg, k)
+            self.memories.append(self.remote.RemoteAsyncMemory.options(
+                name=f"walle/memory-{k}", num_cpus=plan.memory_cpus).remote(cls, *args, **kwargs))
         self.samplers = [self.make_sampler(i, max_restarts=-1, max_task_retries=0,
                                            memory=self.memories[topo.memory_of_sampler(i)])
                          for i in range(topo.samplers)]

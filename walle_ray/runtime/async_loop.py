@@ -18,8 +18,12 @@ class _Interval:
         self.lag_max = 0.0
         self.sums: dict[str, float] = {}
         self.calls = 0
+        self.explore: dict[str, list[float]] = {}  # exploration settings, one per sampler report
 
     def add_sampler(self, r: dict) -> None:
+        for key, value in r.items():
+            if key.startswith("explore/"):
+                self.explore.setdefault(key, []).append(value)
         self.steps += r["env_steps"]
         self.fragments += r.get("fragments", 1)
         self.collect_s += r["collect_s"]
@@ -48,6 +52,7 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
     counters.setdefault("dropped_fragments", 0)
     fleet.start()
     interval = _Interval()
+    shard_counts: dict[str, float] = {}  # replay shards' insert and sample counters at the last record
 
     def flush(now: float) -> None:
         nonlocal interval, last
@@ -56,7 +61,7 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
         counters["env_steps_consumed"] += interval.consumed
         counters["updates"] += interval.updates
         record = _record(counters, window, interval, now - last, steps_at_start, now - started,
-                         fleet)
+                         fleet, shard_counts)
         metrics.write(record)
         progress.update(record)
         interval, last = _Interval(), now
@@ -80,8 +85,13 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
     return reason
 
 
+# Replay-shard stats worth a metric each; counters among them also give a rate.
+_SHARD_KEYS = ("size", "fill", "mean_priority", "beta")
+_SHARD_RATES = {"inserted": "inserts_per_s", "sampled": "samples_per_s"}
+
+
 def _record(counters, window, iv: _Interval, dt: float, steps_at_start: int, elapsed: float,
-            fleet) -> dict:
+            fleet, shard_counts: dict) -> dict:
     memories = fleet.memory_stats()
     learner = {f"learn/{k}": v / iv.calls for k, v in iv.sums.items()} if iv.calls else {}
     record = {
@@ -99,9 +109,14 @@ def _record(counters, window, iv: _Interval, dt: float, steps_at_start: int, ela
         "dropped_fragments": counters["dropped_fragments"],
         **{f"faults/{k}": v for k, v in fleet.faults.items()},
         **learner,
+        **{key: sum(values) / len(values) for key, values in iv.explore.items()},
     }
     for k, m in enumerate(memories):
         for key, value in m.items():
-            if key.endswith("_size"):
+            if key.endswith("_size") or key in _SHARD_KEYS:
                 record[f"memory/{k}/{key}"] = value
+            elif key in _SHARD_RATES:
+                name = f"memory/{k}/{key}"
+                record[f"memory/{k}/{_SHARD_RATES[key]}"] = (value - shard_counts.get(name, 0)) / dt
+                shard_counts[name] = value
     return record

@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from walle_ray.actors.replay_sampler import ReplaySampler
 from walle_ray.actors.sampler import Sampler
-from walle_ray.config import ConfigError
+from walle_ray.algos import ALGORITHMS
+from walle_ray.config import ConfigError, EnvConfig, ModelConfig
 from walle_ray.runtime.checkpoint import load_checkpoint
 
 
@@ -21,8 +23,16 @@ def evaluate(cfg: DictConfig) -> dict:
     trained = OmegaConf.create(ckpt["config"])
     env_cfg = trained.env
     env_cfg.envs_per_sampler = 1  # one env, so short episodes are not over-counted
-    sampler = Sampler(env_cfg, trained.model, fragment_length=256, gamma=1.0, index=0,
-                      seed=cfg.run.seed + 1, deterministic=cfg.eval.deterministic)
+    algo = ALGORITHMS.get(trained.algo.name)  # policy-gradient variants (ppo_kl) share ppo's
+    if algo is not None and algo.replay:
+        typed = {key: OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), trained[key]))
+                 for key, schema in (("env", EnvConfig), ("model", ModelConfig),
+                                     ("algo", algo.config_cls))}
+        sampler = ReplaySampler(typed["env"], typed["model"], typed["algo"], algo.explorer, 256,
+                                seed=cfg.run.seed + 1, greedy=cfg.eval.deterministic)
+    else:
+        sampler = Sampler(env_cfg, trained.model, fragment_length=256, gamma=1.0, index=0,
+                          seed=cfg.run.seed + 1, deterministic=cfg.eval.deterministic)
     weights = {k: v.numpy() for k, v in ckpt["learner"]["model"].items()}
     sampler.set_weights(weights, int(ckpt["learner"]["version"]))
     returns: list[float] = []

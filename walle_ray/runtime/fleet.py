@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.algos import algorithm_for
+from walle_ray.actors.replay_sampler import ReplaySampler
 from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
@@ -28,12 +29,17 @@ class RoleFailed(RoleError):
     """A role that cannot be restarted died."""
 
 
-def sampler_args(cfg: DictConfig, topo: Topology, i: int) -> tuple:
-    """Constructor arguments of sampler i."""
-    length = algorithm_for(cfg.algo).fragment_length(cfg, topo)
+def sampler_spec(cfg: DictConfig, topo: Topology, i: int) -> tuple[type, tuple]:
+    """The class of sampler i (``Sampler``, or ``ReplaySampler`` for replay-based algorithms)
+    and its constructor arguments."""
+    algo = algorithm_for(cfg.algo)
+    length = algo.fragment_length(cfg, topo)
     # Plain dataclasses, not config nodes: a node pickles the whole config tree with it.
     env, model = OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model)
-    return (env, model, length, cfg.algo.gamma, i, cfg.run.seed)
+    if algo.replay:
+        return ReplaySampler, (env, model, OmegaConf.to_object(cfg.algo), algo.explorer, length,
+                               i, topo.samplers, cfg.run.seed)
+    return Sampler, (env, model, length, cfg.algo.gamma, i, cfg.run.seed)
 
 
 def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_space: gym.Space,
@@ -66,14 +72,15 @@ class LocalRoles:
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         self.topo = topo
-        self.samplers = [Sampler(*sampler_args(cfg, topo, i)) for i in range(topo.samplers)]
+        self.samplers = [cls(*args) for cls, args in
+                         (sampler_spec(cfg, topo, i) for i in range(topo.samplers))]
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
 
     def publish(self) -> None:
         self.ps.publish(*self.learner.weights())
 
-    def pull(self, sampler: Sampler) -> None:
+    def pull(self, sampler) -> None:
         """Give a sampler the newest weights, if it does not have them."""
         latest = self.ps.latest(sampler.version)
         if latest is not None:
@@ -137,9 +144,10 @@ class RayRoles:
     def make_sampler(self, i: int, **options):
         """Sampler actor i, pulling weights from the parameter server (or learner 0)."""
         memory = options.pop("memory", None)
+        cls, args = sampler_spec(self.cfg, self.topo, i)
         return self.remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus, **options).remote(
-            self.ps or self.learners[0], *sampler_args(self.cfg, self.topo, i), memory=memory)
+            self.ps or self.learners[0], *args, memory=memory, sampler_cls=cls)
 
     def _get(self, refs, role: str):
         try:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 
-from walle_ray.buffers.mixed import MixedMemory
 
 
 class AsyncMemoryWorker:
-    """A MixedMemory behind asyncio: ``put`` waits for room, ``sample`` waits for a batch.
+    """A memory (``MixedMemory`` or a ``PrioritizedReplay`` shard) behind asyncio: ``put``
+    waits for room, ``sample`` waits for a batch.
 
-    Waiting here is the back-pressure: a full queue holds samplers, an empty one learners.
+    Waiting here is the back-pressure: a full queue (or a replay shard ahead of its replay
+    ratio) holds samplers, an empty one learners.
     """
 
-    def __init__(self, *memory_args, **memory_kwargs):
-        self.memory = MixedMemory(*memory_args, **memory_kwargs)
+    def __init__(self, memory_cls: type, *memory_args, **memory_kwargs):
+        self.memory = memory_cls(*memory_args, **memory_kwargs)
         self.changed: asyncio.Condition | None = None
 
     def _condition(self) -> asyncio.Condition:
@@ -23,14 +24,13 @@ class AsyncMemoryWorker:
             self.changed = asyncio.Condition()
         return self.changed
 
-    async def put(self, rollout) -> float:
+    async def put(self, item) -> float:
         """Store a fragment once there is room; returns the seconds spent waiting."""
         t0 = time.perf_counter()
         cond = self._condition()
-        rows = rollout.reward_t.shape[1]
         async with cond:
-            await cond.wait_for(lambda: self.memory.has_room(rows))
-            self.memory.put(rollout)
+            await cond.wait_for(lambda: self.memory.has_room(item))
+            self.memory.put(item)
             cond.notify_all()
         return time.perf_counter() - t0
 
@@ -45,6 +45,10 @@ class AsyncMemoryWorker:
             batch = self.memory.sample()
             cond.notify_all()
         return batch
+
+    async def update_priorities(self, index, priority) -> int:
+        """New priorities for the transitions a learner just trained on (replay shards)."""
+        return self.memory.update_priorities(index, priority)
 
     async def stats(self) -> dict:
         return self.memory.stats()

@@ -27,10 +27,11 @@ class SamplerWorker:
     ones call ``run``, which pushes fragments into ``memory`` and waits while it is full.
     """
 
-    def __init__(self, weights_source, *sampler_args, memory=None, **sampler_kwargs):
+    def __init__(self, weights_source, *sampler_args, memory=None, sampler_cls: type = Sampler,
+                 **sampler_kwargs):
         self.source = weights_source
         self.memory = memory
-        self.sampler = Sampler(*sampler_args, **sampler_kwargs)
+        self.sampler = sampler_cls(*sampler_args, **sampler_kwargs)
 
     def _pull(self, version: int | None = None) -> None:
         """Fetch newer weights; with a known ``version`` it asks only when that is newer."""
@@ -62,8 +63,11 @@ class SamplerWorker:
             if pending is not None:
                 total["put_wait_s"] += ray.get(pending)
             pending = self.memory.put.remote(rollout)
-            for key in ("env_steps", "collect_s"):
-                total[key] += stats[key]
+            for key, value in stats.items():
+                if key in ("env_steps", "collect_s", "transitions"):
+                    total[key] = total.get(key, 0) + value
+                elif key.startswith("explore/"):
+                    total[key] = value  # the newest exploration setting
             total["episode_returns"] += stats["episode_returns"]
             total["episode_lengths"] += stats["episode_lengths"]
             total["fragments"] += 1
@@ -86,6 +90,7 @@ class LearnerWorker:
         self.publishes = False
         self.inflight: deque = deque()
         self.held = None  # a batch this learner got while another learner got none
+        self.served_by = None  # the memory the newest batch came from
         self.next_memory = 0
 
     def attach(self, memories: list, publish_to=None, publishes: bool = False, prefetch: int = 2) -> None:
@@ -102,8 +107,11 @@ class LearnerWorker:
         while len(self.inflight) < self.prefetch * len(self.memories):
             memory = self.memories[self.next_memory % len(self.memories)]
             self.next_memory += 1
-            self.inflight.append(memory.sample.remote())
-        return ray.get(self.inflight.popleft())
+            self.inflight.append((memory, memory.sample.remote()))
+        memory, ref = self.inflight.popleft()
+        batch = ray.get(ref)
+        self.served_by = memory
+        return batch
 
     def train(self, num_updates: int, env_steps: int) -> dict:
         """Up to ``num_updates`` updates on batches pulled from the memories; averaged
@@ -124,6 +132,9 @@ class LearnerWorker:
                 self.held = batch  # keep it for the next call
                 break
             metrics = self.learner.update([batch], env_steps)
+            priorities = metrics.pop("priorities", None)
+            if priorities is not None:  # replay shards: back to the one that served the batch
+                self.served_by.update_priorities.remote(batch.index, priorities)
             done += 1
             rows += batch.num_steps
             lag_max = max(lag_max, metrics.pop("policy_lag_max"))

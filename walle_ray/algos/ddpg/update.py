@@ -1,0 +1,114 @@
+"""One DDPG / TD3 update: a critic step every call; actor and target steps every policy_delay."""
+
+from __future__ import annotations
+
+import copy
+import math
+import numpy as np
+import torch
+from torch import nn
+
+from walle_ray.algos.ddpg.config import DDPGConfig
+from walle_ray.algos.ddpg.loss import (actor_loss, critic_loss, critic_targets,
+                                       smooth_target_action, twin_critic_targets)
+from walle_ray.batch import ReplayBatch
+from walle_ray.learners.collective import Collective
+from walle_ray.models.deterministic import DeterministicActorCritic
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online, parameter by parameter."""
+    for t, p in zip(target.parameters(), online.parameters()):
+        t.lerp_(p, tau)
+
+
+class DDPGUpdate:
+    """One call is one critic step on the concatenated batches; every ``policy_delay`` calls
+    the actor steps too and the target networks move ``tau`` towards the online ones."""
+
+    def __init__(self, cfg: DDPGConfig, model: DeterministicActorCritic, collective: Collective,
+                 device: torch.device):
+        self.cfg = cfg
+        self.model = model
+        self.collective = collective
+        self.device = device
+        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.actor_params = list(model.actor.parameters())
+        self.critic_params = list(model.critics.parameters())
+        actor_lr = cfg.lr if cfg.actor_lr is None else cfg.actor_lr
+        critic_lr = cfg.lr if cfg.critic_lr is None else cfg.critic_lr
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=actor_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=critic_lr)
+        self.updates = 0
+
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x)).to(self.device).float()
+
+    def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
+        """One gradient step; metrics as floats, plus ``priorities``: |TD error| [N] float32
+        of the first critic, in batch order."""
+        cfg, model = self.cfg, self.model
+        if self.updates == 0:
+            # Learners broadcast rank 0's weights after building their update rule: the
+            # targets start from the weights every learner trains.
+            self.target.load_state_dict(model.state_dict())
+        fields = ("obs", "action", "reward", "discount", "next_obs", "weight")
+        obs, action, reward, discount, next_obs, weight = (
+            self._tensor(np.concatenate([getattr(b, f) for b in batches])) for f in fields)
+        target = self._targets(reward, discount, next_obs)
+        qs = model.q_both(obs, action)
+        losses, tds = zip(*(critic_loss(q, target, weight) for q in qs))
+        loss = sum(losses)
+        td = tds[0]
+        out = {"critic_loss": float(loss.detach()),
+               "critic_grad_norm": self._step(self.critic_optimizer, self.critic_params, loss),
+               "q_mean": float(qs[0].detach().mean()), "target_q_mean": float(target.mean()),
+               "td_error_mean": float(td.abs().mean())}
+        self.updates += 1
+        if self.updates % cfg.policy_delay == 0:
+            pi_loss = actor_loss(model.q(obs, model.act(obs)))
+            out.update(actor_loss=float(pi_loss.detach()),
+                       actor_grad_norm=self._step(self.actor_optimizer, self.actor_params, pi_loss))
+            polyak_update(self.target, model, cfg.tau)
+        out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
+        return out
+
+    @torch.no_grad()
+    def _targets(self, reward: torch.Tensor, discount: torch.Tensor,
+                 next_obs: torch.Tensor) -> torch.Tensor:
+        """n-step TD targets from the target networks, with TD3's smoothing and clipped double Q
+        where configured."""
+        cfg, target = self.cfg, self.target
+        next_action = target.act(next_obs)
+        if cfg.target_noise > 0:
+            scale = target.action_scale
+            noise = torch.randn_like(next_action) * (cfg.target_noise * scale)
+            next_action = smooth_target_action(next_action, noise, cfg.target_noise_clip * scale,
+                                               target.action_low, target.action_high)
+        next_q = target.q_both(next_obs, next_action)
+        if len(next_q) == 2:
+            return twin_critic_targets(reward, discount, *next_q)
+        return critic_targets(reward, discount, next_q[0])
+
+    def _step(self, optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
+              loss: torch.Tensor) -> float:
+        """Backward, average gradients over learners, clip, step; returns the gradient norm."""
+        optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        self.collective.all_reduce_grads(params)
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        optimizer.step()
+        return float(norm)
+
+    def state_dict(self) -> dict:
+        return {"actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "target": self.target.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.target.load_state_dict(state["target"])
+        self.updates = int(state["updates"])

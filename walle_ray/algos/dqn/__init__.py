@@ -1,0 +1,55 @@
+"""DQN (double, dueling, n-step, prioritized) and Ape-X DQN over distributed replay shards."""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from walle_ray.algos.dqn.config import APEXConfig, DQNConfig
+from walle_ray.algos.dqn.explorer import DQNExplorer
+from walle_ray.algos.dqn.update import DQNUpdate
+from walle_ray.algos.replay.checks import check_replay_settings
+from walle_ray.algos.spec import Algorithm, check_discrete
+from walle_ray.config import ConfigError
+from walle_ray.models.q_network import make_q_network
+
+
+def make_update(cfg: DictConfig, model, collective, device: torch.device) -> DQNUpdate:
+    return DQNUpdate(cfg.algo, model, collective, device)
+
+
+def fragment_length(cfg: DictConfig, topo) -> int:
+    return cfg.algo.fragment_length
+
+
+def validate(cfg: DictConfig) -> None:
+    a = cfg.algo
+    check_replay_settings(cfg)
+    checks = [
+        (a.exploration in ("anneal", "apex"), "exploration",
+         f"got {a.exploration!r}; use anneal or apex"),
+        (0 <= a.epsilon_final <= a.epsilon_start <= 1, "epsilon_start",
+         "need 0 <= epsilon_final <= epsilon_start <= 1"),
+        (0 < a.apex_epsilon <= 1 and a.apex_alpha >= 0, "apex_epsilon",
+         "apex_epsilon must be in (0, 1] and apex_alpha zero or positive"),
+        (a.target_update_every >= 1, "target_update_every", "must be positive"),
+        (0 <= a.tau <= 1, "tau", "must be in [0, 1] (0: hard target copies)"),
+        (a.activation in ("relu", "tanh"), "activation", f"got {a.activation!r}; use relu or tanh"),
+        (len(a.hidden) >= 1 and min(a.hidden) > 0, "hidden", "list at least one positive width"),
+        (a.huber_delta > 0, "huber_delta", "must be positive"),
+    ]
+    for ok, key, message in checks:
+        if not ok:
+            raise ConfigError(f"algo.{key}: {message}")
+
+
+def _algorithm(name: str, config_cls: type) -> Algorithm:
+    label = "Ape-X DQN" if name == "apex" else "DQN"
+    return Algorithm(name=name, config_cls=config_cls, loop="async", make_update=make_update,
+                     fragment_length=fragment_length, validate=validate,
+                     check_spaces=check_discrete(label), make_model=make_q_network,
+                     explorer=DQNExplorer)
+
+
+DQN = _algorithm("dqn", DQNConfig)
+APEX = _algorithm("apex", APEXConfig)

@@ -1,0 +1,74 @@
+"""One DQN update: targets from a target network, a weighted Huber step, new priorities."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from walle_ray.algos.dqn.config import DQNConfig
+from walle_ray.algos.dqn.loss import dqn_loss, q_targets
+from walle_ray.batch import ReplayBatch
+from walle_ray.learners.collective import Collective
+from walle_ray.models.q_network import QNetwork
+
+
+class DQNUpdate:
+    """One call is one gradient step; the target network follows every ``target_update_every``
+    updates (or by Polyak averaging with ``tau``)."""
+
+    def __init__(self, cfg: DQNConfig, model: QNetwork, collective: Collective, device: torch.device):
+        self.cfg = cfg
+        self.model = model
+        self.collective = collective
+        self.device = device
+        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.updates = 0
+
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x)).to(self.device)
+
+    def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
+        cfg = self.cfg
+        fields = ("obs", "action", "reward", "discount", "next_obs", "weight")
+        obs, action, reward, discount, next_obs, weight = (
+            self._tensor(np.concatenate([getattr(b, f) for b in batches])) for f in fields)
+        n = obs.shape[0]
+        q_all = self.model(torch.cat([obs, next_obs]) if cfg.double_q else obs)
+        q = q_all[:n]
+        with torch.no_grad():
+            next_q_target = self.target(next_obs)
+            next_q_online = q_all[n:].detach() if cfg.double_q else None
+            target = q_targets(reward, discount, next_q_target, next_q_online)
+        loss, td = dqn_loss(q, action, target, weight.float(), cfg.huber_delta)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        self.collective.all_reduce_grads(self.model.parameters())
+        grad_norm = (torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                     if cfg.max_grad_norm > 0 else torch.tensor(float("nan")))
+        self.optimizer.step()
+        self.updates += 1
+        self._follow_target()
+        q_taken = q.detach().gather(-1, action.long().unsqueeze(-1))
+        return {"loss": float(loss.detach()), "q_mean": float(q_taken.mean()),
+                "target_mean": float(target.mean()), "td_error_mean": float(td.abs().mean()),
+                "grad_norm": float(grad_norm), "priorities": td.abs().cpu().numpy().astype(np.float32)}
+
+    @torch.no_grad()
+    def _follow_target(self) -> None:
+        if self.cfg.tau > 0:
+            for t, p in zip(self.target.parameters(), self.model.parameters()):
+                t.lerp_(p, self.cfg.tau)
+        elif self.updates % self.cfg.target_update_every == 0:
+            self.target.load_state_dict(self.model.state_dict())
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "target": self.target.state_dict(),
+                "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.target.load_state_dict(state["target"])
+        self.updates = int(state["updates"])

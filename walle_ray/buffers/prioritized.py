@@ -1,0 +1,189 @@
+"""One replay shard of n-step transitions: proportional prioritized (or uniform) sampling.
+
+Each memory actor holds one shard. Samplers ``put`` transitions while ``has_room``;
+learners take a ``sample`` while ``can_sample`` and send back ``update_priorities`` with
+the batch's insert ids, which the shard ignores for transitions it has since evicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+
+from walle_ray.batch import ReplayBatch, Transitions
+from walle_ray.buffers.sum_tree import MinTree, SumTree, last_wins
+
+# Transitions fields held per slot; priorities live in the trees and ``priority``.
+STORED = tuple(f.name for f in fields(Transitions) if f.name != "priority")
+
+
+class PrioritizedReplay:
+    """A ring buffer of ``capacity`` transitions, oldest evicted first.
+
+    Prioritized sampling (Schaul et al. 2016, proportional variant) draws transition i with
+    probability ``P(i) = p_i / sum_j p_j`` where ``p_i = (|TD error| + eps) ** alpha``, and
+    weights it by ``(N * P(i)) ** -beta`` divided by the largest such weight. ``beta`` rises
+    linearly to 1 over ``beta_anneal_updates`` batches (0: fixed).
+
+    With ``replay_ratio`` (transitions sampled per transition inserted after
+    ``learning_starts``) the shard also limits both sides: learners may not run ahead of the
+    ratio, and samplers may run ahead of it by at most ``max_lead`` transitions (0: two
+    batches). Keep fragments no larger than the lead or neither side can move.
+    """
+
+    def __init__(self, capacity: int, batch_size: int, *, prioritized: bool = True,
+                 alpha: float = 0.6, beta: float = 0.4, beta_anneal_updates: int = 0,
+                 eps: float = 1e-6, learning_starts: int = 1000,
+                 replay_ratio: float | None = None, max_lead: int = 0, seed: int = 0):
+        _check_args(capacity=capacity, batch_size=batch_size, alpha=alpha, beta=beta,
+                   beta_anneal_updates=beta_anneal_updates, eps=eps,
+                   learning_starts=learning_starts, replay_ratio=replay_ratio, max_lead=max_lead)
+        self.capacity = capacity
+        self.batch_size = batch_size
+        self.prioritized = prioritized
+        self.alpha = alpha
+        self.beta_start = beta
+        self.beta_anneal_updates = beta_anneal_updates
+        self.eps = eps
+        self.learning_starts = learning_starts
+        self.replay_ratio = replay_ratio
+        self.lead = max_lead or 2 * batch_size
+        self.rng = np.random.default_rng(seed)
+
+        self.storage: dict[str, np.ndarray] = {}  # field -> [capacity, ...], made at the first put
+        self.ids = np.full(capacity, -1, np.int64)  # insert id of the transition in each slot
+        self.priority = np.zeros(capacity, np.float32)  # last |TD error| given to each slot
+        self.sums = SumTree(capacity) if prioritized else None
+        self.mins = MinTree(capacity) if prioritized else None
+        self.max_priority = 1.0  # largest |TD error| seen; given to rows that come without one
+
+        self.inserted = 0
+        self.sampled = 0
+        self.batches = 0
+        self.priority_updates = 0
+
+    def __len__(self) -> int:
+        return min(self.inserted, self.capacity)
+
+    @property
+    def beta(self) -> float:
+        """The importance-sampling exponent for the next batch."""
+        if self.beta_anneal_updates == 0:
+            return self.beta_start
+        progress = min(1.0, self.batches / self.beta_anneal_updates)
+        return self.beta_start + (1.0 - self.beta_start) * progress
+
+    def has_room(self, item: Transitions) -> bool:
+        """Whether a sampler may put ``item`` now without running ahead of ``replay_ratio``."""
+        if self.replay_ratio is None:
+            return True
+        ahead = self.inserted + item.num_steps - self.learning_starts
+        return ahead <= self.sampled / self.replay_ratio + self.lead
+
+    def can_sample(self) -> bool:
+        """Whether a learner may take a batch now: enough data, and not ahead of the ratio."""
+        if len(self) < max(self.learning_starts, self.batch_size):
+            return False
+        if self.replay_ratio is None:
+            return True
+        return self.sampled <= self.replay_ratio * (self.inserted - self.learning_starts)
+
+    def put(self, item: Transitions) -> None:
+        """Copy ``item``'s rows in, overwriting the oldest; only the last ``capacity`` fit."""
+        item.check()
+        if not self.storage:
+            self.storage = {name: np.zeros((self.capacity, *getattr(item, name).shape[1:]),
+                                           getattr(item, name).dtype) for name in STORED}
+        n = item.num_steps
+        kept = min(n, self.capacity)
+        first_id = self.inserted + n - kept
+        ids = np.arange(first_id, first_id + kept, dtype=np.int64)
+        slots = ids % self.capacity
+        for name, array in self.storage.items():
+            array[slots] = getattr(item, name)[n - kept:]
+        self.ids[slots] = ids
+        self._set_priorities(slots, item.priority[n - kept:])
+        self.inserted += n
+
+    def sample(self) -> ReplayBatch:
+        """``batch_size`` transitions (copies) with their weights and insert ids."""
+        size = len(self)
+        if size == 0:
+            raise RuntimeError("sample() from an empty replay shard")
+        if self.prioritized:
+            slots, weight = self._sample_prioritized(size)
+        else:
+            slots = self.rng.integers(size, size=self.batch_size)
+            weight = np.ones(self.batch_size, np.float32)
+        self.sampled += self.batch_size
+        self.batches += 1
+        return ReplayBatch(**{name: array[slots] for name, array in self.storage.items()},
+                           priority=self.priority[slots], weight=weight, index=self.ids[slots])
+
+    def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
+        """Set new |TD errors| by insert id; returns how many ids were still held (not stale)."""
+        index = np.asarray(index, np.int64)
+        slots = index % self.capacity
+        live = (index >= 0) & (self.ids[slots] == index)
+        self._set_priorities(slots[live], np.asarray(priority)[live])
+        applied = int(live.sum())
+        self.priority_updates += applied
+        return applied
+
+    def stats(self) -> dict:
+        """Counters for logging; ``mean_priority`` is in |TD error| units, 0 when uniform."""
+        size = len(self)
+        in_use = self.prioritized and size > 0
+        return {"size": size, "capacity": self.capacity, "fill": size / self.capacity,
+                "inserted": self.inserted, "sampled": self.sampled, "batches": self.batches,
+                "priority_updates": self.priority_updates,
+                "mean_priority": float(self.priority[:size].mean()) if in_use else 0.0,
+                "max_priority": self.max_priority, "beta": self.beta}
+
+    def _set_priorities(self, slots: np.ndarray, priority: np.ndarray) -> None:
+        """Store |priority| per slot (NaN: the largest seen so far); the trees get p ** alpha."""
+        slots, priority = last_wins(slots, np.abs(np.asarray(priority, np.float64)))
+        known = ~np.isnan(priority)
+        if known.any():
+            self.max_priority = max(self.max_priority, float(priority[known].max()))
+        priority[~known] = self.max_priority
+        self.priority[slots] = priority
+        if self.prioritized:
+            p_alpha = (priority + self.eps) ** self.alpha
+            self.sums.update(slots, p_alpha)
+            self.mins.update(slots, p_alpha)
+
+    def _sample_prioritized(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Stratified proportional draws: one uniform prefix sum per equal segment of the total."""
+        total = self.sums.total
+        segment = total / self.batch_size
+        prefix = (np.arange(self.batch_size) + self.rng.random(self.batch_size)) * segment
+        prefix = np.clip(prefix, 0.0, np.nextafter(total, 0.0))
+        slots = np.minimum(self.sums.find_prefix(prefix), size - 1)
+        # (N P(i)) ** -beta / (N P_min) ** -beta: N and the total cancel.
+        weight = (self.sums[slots] / self.mins.min) ** -self.beta
+        return slots, weight.astype(np.float32)
+
+
+def _check_args(*, capacity: int, batch_size: int, alpha: float, beta: float,
+               beta_anneal_updates: int, eps: float, learning_starts: int,
+               replay_ratio: float | None, max_lead: int) -> None:
+    """Raise ValueError naming the first constructor argument out of range."""
+    rules = [
+        (batch_size >= 1, f"batch_size must be at least 1, got {batch_size}"),
+        (capacity >= batch_size,
+         f"capacity ({capacity}) must be at least batch_size ({batch_size})"),
+        (alpha >= 0, f"alpha must be >= 0, got {alpha}"),
+        (0 <= beta <= 1, f"beta must be in [0, 1], got {beta}"),
+        (beta_anneal_updates >= 0, f"beta_anneal_updates must be >= 0, got {beta_anneal_updates}"),
+        (eps > 0, f"eps must be > 0 so every transition can be sampled, got {eps}"),
+        (0 <= learning_starts <= capacity,
+         f"learning_starts must be in [0, capacity={capacity}], got {learning_starts}"),
+        (replay_ratio is None or replay_ratio > 0,
+         f"replay_ratio must be None or > 0, got {replay_ratio}"),
+        (max_lead >= 0, f"max_lead must be >= 0, got {max_lead}"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ValueError(message)
