@@ -1,6 +1,6 @@
 """TD3 on HalfCheetah-v5: return at 300k env steps.
 
-    python benchmarks/td3_halfcheetah.py [--steps 300000] [--topology 2a1m1l] [--algo td3]
+    python benchmarks/td3_halfcheetah.py [--steps 300000] [--topology local] [--algo td3]
 
 One update of 256 transitions per env step (the paper's replay ratio, held by the replay
 shard's rate limiter), uniform replay of 1M, 10k random steps first. Writes
@@ -25,7 +25,9 @@ TARGET = 4000
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=300_000)
-    p.add_argument("--topology", default="2a1m1l")
+    # local: at one update per env step the learner bounds the run; in one process it does
+    # about 200 updates/s here, against about 115 through Ray actors sharing the 2 cores.
+    p.add_argument("--topology", default="local")
     p.add_argument("--algo", default="td3", choices=("td3", "ddpg", "apex_ddpg"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--learner-threads", type=int, default=2,

@@ -40,6 +40,7 @@ class AsyncLocalFleet(LocalRoles):
         super().__init__(cfg, topo, obs_space, action_space)
         self.memories = [cls(*args, **kwargs) for cls, args, kwargs in
                          (memory_spec(cfg, k) for k in range(topo.memories))]
+        self.publish_every = cfg.algo.publish_every
         # Free-running replay (no replay ratio) could always serve another batch.
         self.max_updates = (cfg.algo.updates_per_call
                             if algorithm_for(cfg.algo).replay and cfg.algo.replay_ratio is None
@@ -69,7 +70,8 @@ class AsyncLocalFleet(LocalRoles):
                 if priorities is not None:
                     memory.update_priorities(batch.index, priorities)
                 updates += 1
-                self.publish()
+                if self.learner.version % self.publish_every == 0:
+                    self.publish()
                 metrics.update(updates=1, env_steps_consumed=batch.num_steps, batch_wait_s=0.0)
                 learned.append(metrics)
         return reports, learned
@@ -93,7 +95,7 @@ class AsyncRayFleet(RayRoles):
                                            memory=self.memories[topo.memory_of_sampler(i)])
                          for i in range(topo.samplers)]
         self._get([lr.attach.remote([self.memories[k] for k in topo.memories_of_learner(j)],
-                                    self.ps, j == 0, cfg.algo.prefetch)
+                                    self.ps, j == 0, cfg.algo.prefetch, cfg.algo.publish_every)
                    for j, lr in enumerate(self.learners)], "learners (attaching memories)")
         self.pending: dict = {}  # ObjectRef -> ("sampler" | "learner", index)
         self.restarting: dict[int, float] = {}  # sampler index -> when to call it again

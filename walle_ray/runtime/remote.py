@@ -93,11 +93,14 @@ class LearnerWorker:
         self.served_by = None  # the memory the newest batch came from
         self.next_memory = 0
 
-    def attach(self, memories: list, publish_to=None, publishes: bool = False, prefetch: int = 2) -> None:
+    def attach(self, memories: list, publish_to=None, publishes: bool = False, prefetch: int = 2,
+               publish_every: int = 1) -> None:
         """Asynchronous mode: the memories this learner reads, and whether it publishes weights
-        (learner 0 does) to ``publish_to`` (the parameter server, or itself when None)."""
+        (learner 0 does, every ``publish_every`` updates) to ``publish_to`` (the parameter
+        server, or itself when None)."""
         self.memories, self.publish_to, self.publishes = memories, publish_to, publishes
         self.prefetch = prefetch
+        self.publish_every = publish_every
 
     def _next_batch(self):
         """The next batch from the requests in flight (topped up first); None if it timed out."""
@@ -140,7 +143,7 @@ class LearnerWorker:
             lag_max = max(lag_max, metrics.pop("policy_lag_max"))
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
-            if self.publishes:
+            if self.publishes and self.learner.version % self.publish_every == 0:
                 self.publish(self.publish_to, wait=False)
         out = {k: v / done for k, v in sums.items()} if done else {}
         out.update(version=self.learner.version, policy_lag_max=lag_max, updates=done,

@@ -46,8 +46,8 @@ class DDPGUpdate:
         return torch.as_tensor(np.asarray(x)).to(self.device).float()
 
     def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
-        """One gradient step; metrics as floats, plus ``priorities``: |TD error| [N] float32
-        of the first critic, in batch order."""
+        """One gradient step; metrics as floats, plus (with prioritized replay)
+        ``priorities``: |TD error| [N] float32 of the first critic, in batch order."""
         cfg, model = self.cfg, self.model
         if self.updates == 0:
             # Learners broadcast rank 0's weights after building their update rule: the
@@ -71,7 +71,8 @@ class DDPGUpdate:
             out.update(actor_loss=float(pi_loss.detach()),
                        actor_grad_norm=self._step(self.actor_optimizer, self.actor_params, pi_loss))
             polyak_update(self.target, model, cfg.tau)
-        out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
+        if cfg.prioritized:  # uniform shards have no use for them
+            out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
         return out
 
     @torch.no_grad()

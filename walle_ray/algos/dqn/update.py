@@ -32,6 +32,10 @@ class DQNUpdate:
 
     def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
         cfg = self.cfg
+        if self.updates == 0:
+            # Learners broadcast rank 0's weights after building their update rule: the
+            # target starts from the weights every learner trains.
+            self.target.load_state_dict(self.model.state_dict())
         fields = ("obs", "action", "reward", "discount", "next_obs", "weight")
         obs, action, reward, discount, next_obs, weight = (
             self._tensor(np.concatenate([getattr(b, f) for b in batches])) for f in fields)
@@ -52,9 +56,12 @@ class DQNUpdate:
         self.updates += 1
         self._follow_target()
         q_taken = q.detach().gather(-1, action.long().unsqueeze(-1))
-        return {"loss": float(loss.detach()), "q_mean": float(q_taken.mean()),
-                "target_mean": float(target.mean()), "td_error_mean": float(td.abs().mean()),
-                "grad_norm": float(grad_norm), "priorities": td.abs().cpu().numpy().astype(np.float32)}
+        out = {"loss": float(loss.detach()), "q_mean": float(q_taken.mean()),
+               "target_mean": float(target.mean()), "td_error_mean": float(td.abs().mean()),
+               "grad_norm": float(grad_norm)}
+        if cfg.prioritized:  # new priorities for the shard; uniform shards have no use for them
+            out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
+        return out
 
     @torch.no_grad()
     def _follow_target(self) -> None:

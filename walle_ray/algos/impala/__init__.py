@@ -73,8 +73,9 @@ def validate(cfg: DictConfig) -> None:
          "CLEAR weights must be zero (off) or positive"),
         (a.laser_kl_threshold is None or a.laser_kl_threshold > 0, "laser_kl_threshold",
          "must be positive (or null for off)"),
-        (min(a.fragments_per_call, a.updates_per_call, a.prefetch) > 0, "fragments_per_call",
-         "fragments_per_call, updates_per_call and prefetch must be positive"),
+        (min(a.fragments_per_call, a.updates_per_call, a.prefetch, a.publish_every) > 0,
+         "fragments_per_call", "fragments_per_call, updates_per_call, prefetch and publish_every "
+         "must be positive"),
     ]
     for ok, key, message in checks:
         if not ok:

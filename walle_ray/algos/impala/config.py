@@ -43,3 +43,4 @@ class IMPALAConfig:
     fragments_per_call: int = 4  # fragments a sampler collects per driver call (reporting grain)
     updates_per_call: int = 8  # updates a learner runs per driver call (reporting grain)
     prefetch: int = 2  # batch requests each learner keeps in flight
+    publish_every: int = 1  # learner updates between weight publishes to the samplers

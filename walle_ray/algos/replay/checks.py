@@ -29,8 +29,9 @@ def check_replay_settings(cfg) -> None:
          "algo.replay_ratio, so no sampler could ever put one; raise algo.max_lead or "
          "shorten algo.fragment_length"),
         (a.fragment_length >= 1, "fragment_length", "must be positive"),
-        (min(a.fragments_per_call, a.updates_per_call, a.prefetch) > 0, "fragments_per_call",
-         "fragments_per_call, updates_per_call and prefetch must be positive"),
+        (min(a.fragments_per_call, a.updates_per_call, a.prefetch, a.publish_every) > 0,
+         "fragments_per_call", "fragments_per_call, updates_per_call, prefetch and publish_every "
+         "must be positive"),
         (a.lr > 0, "lr", "must be positive"),
         (a.max_grad_norm >= 0, "max_grad_norm", "must be zero (off) or positive"),
     ]

@@ -26,5 +26,6 @@ class ReplayConfig:
     fragments_per_call: int = 4  # fragments a sampler collects per driver call (reporting grain)
     updates_per_call: int = 16  # updates a learner runs per driver call (reporting grain)
     prefetch: int = 2  # batch requests each learner keeps in flight
+    publish_every: int = 8  # learner updates between weight publishes to the samplers
     lr: float = 1e-3  # learning rate (Adam)
     max_grad_norm: float = 10.0  # global gradient-norm clip; 0: off
