@@ -19,6 +19,8 @@ from pathlib import Path
 
 from common import ROOT, run_cli, write_result
 
+from walle_ray.logging.metrics import read_metrics
+
 TARGET = 4000
 
 
@@ -32,13 +34,18 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--learner-threads", type=int, default=2,
                    help="torch threads of the learner: the samplers need little CPU here")
+    p.add_argument("--skip-train", action="store_true",
+                   help="evaluate and report the finished run in runs/bench_<algo>_halfcheetah")
     p.add_argument("--dry-run", action="store_true", help="print the result instead of writing it")
     args = p.parse_args()
     run_dir = ROOT / "runs" / f"bench_{args.algo}_halfcheetah"
     overrides = [f"algo={args.algo}", "env=halfcheetah", f"topology={args.topology}",
                  f"run.total_env_steps={args.steps}", f"run.seed={args.seed}",
                  f"learner.torch_threads={args.learner_threads}"]
-    metrics, wall = run_cli(overrides, run_dir, timeout_s=6 * 3600)
+    if args.skip_train:
+        metrics, wall = read_metrics(run_dir / "metrics.jsonl"), None
+    else:
+        metrics, wall = run_cli(overrides, run_dir, timeout_s=6 * 3600)
     ev = subprocess.run([sys.executable, "-m", "walle_ray", "mode=eval",
                          f"run.checkpoint={run_dir}", "eval.episodes=10",
                          f"hydra.run.dir={run_dir}/eval"],

@@ -55,17 +55,9 @@ def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
 
 
 @pytest.mark.slow
-def test_dqn_learns_cartpole_to_475(tmp_path):
-    out = run_cli("algo=dqn", "env=cartpole", "topology=local", "logger.progress=line",
-                  f"hydra.run.dir={tmp_path}",
-                  timeout=600).stdout
-    assert records(tmp_path)[-1]["return"] >= 475, out[-2000:]
-    assert "stopped (return)" in out
-
-
-@pytest.mark.slow
-def test_td3_learns_pendulum_above_minus_200(tmp_path):
-    out = run_cli("algo=td3", "env=pendulum", "topology=local", "logger.progress=line",
-                  f"hydra.run.dir={tmp_path}",
-                  timeout=600).stdout
-    assert records(tmp_path)[-1]["return"] > -200, out[-2000:]
+@pytest.mark.parametrize("algo,env,target", [("dqn", "cartpole", 475), ("td3", "pendulum", -200)])
+def test_learns_to_the_target_return(tmp_path, algo, env, target):
+    # DQN stops once the mean return reaches 475; TD3 runs its preset's 20k steps.
+    out = run_cli(f"algo={algo}", f"env={env}", "topology=local", "logger.progress=line",
+                  f"hydra.run.dir={tmp_path}", timeout=600).stdout
+    assert records(tmp_path)[-1]["return"] >= target, out[-2000:]

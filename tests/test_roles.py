@@ -153,3 +153,15 @@ def test_fast_action_path_matches_the_distribution(space):
         torch.testing.assert_close(action.std(0), torch.tensor([-1.0, 0.2]).exp(), atol=0.02, rtol=0)
     greedy, _ = head.act(params[:1], deterministic=True)
     torch.testing.assert_close(greedy, head.mode(params[:1]))
+
+
+def test_episode_returns_are_plain_floats_even_when_the_env_gives_numpy_rewards():
+    from walle_ray.envs.gym_vector import GymVectorEnv
+
+    env = GymVectorEnv("Pendulum-v1", 2, max_episode_steps=3)  # numpy float rewards
+    obs = env.reset(seed=0)
+    buffers = (np.empty_like(obs), np.empty(2, np.float32), np.empty(2, bool), np.empty(2, bool))
+    ended = None
+    while ended is None:
+        ended = env.step(np.zeros((2, 1), np.float32), *buffers)
+    assert [type(r) for r in ended.episode_returns] == [float, float]

@@ -46,6 +46,20 @@ class Algorithm:
         return self.explorer is not None
 
 
+def configured_fragment_length(cfg, topo) -> int:
+    """``algo.fragment_length`` as configured (asynchronous and replay-based algorithms)."""
+    return cfg.algo.fragment_length
+
+
+def require_algo(checks: list[tuple[bool, str, str]]) -> None:
+    """Raise ConfigError("algo.<key>: <message>") for the first (ok, key, message) not ok."""
+    from walle_ray.config import ConfigError
+
+    for ok, key, message in checks:
+        if not ok:
+            raise ConfigError(f"algo.{key}: {message}")
+
+
 def actor_critic_model(obs_space: gym.Space, action_space: gym.Space, cfg):
     """The policy-gradient methods' network: ``ActorCritic`` from ``cfg.model`` and ``cfg.env``."""
     from walle_ray.models import make_actor_critic

@@ -49,6 +49,7 @@ class GymVectorEnv:
         ended = None
         for i, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(actions[i])
+            r = float(r)  # MuJoCo and others return numpy scalars; returns go to JSON and checkpoints
             reward[i], terminated[i], truncated[i] = r, term, trunc
             returns[i] += r
             lengths[i] += 1

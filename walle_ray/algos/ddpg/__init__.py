@@ -9,17 +9,14 @@ from walle_ray.algos.ddpg.config import APEXDDPGConfig, DDPGConfig, TD3Config
 from walle_ray.algos.ddpg.explorer import DDPGExplorer
 from walle_ray.algos.ddpg.update import DDPGUpdate
 from walle_ray.algos.replay.checks import check_replay_settings
-from walle_ray.algos.spec import Algorithm, check_continuous
+from walle_ray.algos.spec import (Algorithm, check_continuous, configured_fragment_length,
+                                   require_algo)
 from walle_ray.config import ConfigError
 from walle_ray.models.deterministic import check_vector_obs, make_deterministic_model
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> DDPGUpdate:
     return DDPGUpdate(cfg.algo, model, collective, device)
-
-
-def fragment_length(cfg: DictConfig, topo) -> int:
-    return cfg.algo.fragment_length
 
 
 def validate(cfg: DictConfig) -> None:
@@ -39,9 +36,7 @@ def validate(cfg: DictConfig) -> None:
         (len(a.hidden) >= 1 and min(a.hidden) > 0, "hidden", "list at least one positive width"),
         (a.activation in ("relu", "tanh"), "activation", f"got {a.activation!r}; use relu or tanh"),
     ]
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"algo.{key}: {message}")
+    require_algo(checks)
     # Replay samplers feed raw observations and rewards; these switches would be ignored.
     for key in ("normalize_obs", "normalize_reward"):
         if cfg.env[key]:
@@ -62,7 +57,7 @@ def check_spaces(algo_name: str):
 
 def _algorithm(name: str, config_cls: type, label: str) -> Algorithm:
     return Algorithm(name=name, config_cls=config_cls, loop="async", make_update=make_update,
-                     fragment_length=fragment_length, validate=validate,
+                     fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_spaces(label), make_model=make_deterministic_model,
                      explorer=DDPGExplorer)
 

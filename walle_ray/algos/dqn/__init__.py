@@ -9,17 +9,13 @@ from walle_ray.algos.dqn.config import APEXConfig, DQNConfig
 from walle_ray.algos.dqn.explorer import DQNExplorer
 from walle_ray.algos.dqn.update import DQNUpdate
 from walle_ray.algos.replay.checks import check_replay_settings
-from walle_ray.algos.spec import Algorithm, check_discrete
-from walle_ray.config import ConfigError
+from walle_ray.algos.spec import (Algorithm, check_discrete, configured_fragment_length,
+                                   require_algo)
 from walle_ray.models.q_network import make_q_network
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> DQNUpdate:
     return DQNUpdate(cfg.algo, model, collective, device)
-
-
-def fragment_length(cfg: DictConfig, topo) -> int:
-    return cfg.algo.fragment_length
 
 
 def validate(cfg: DictConfig) -> None:
@@ -38,15 +34,13 @@ def validate(cfg: DictConfig) -> None:
         (len(a.hidden) >= 1 and min(a.hidden) > 0, "hidden", "list at least one positive width"),
         (a.huber_delta > 0, "huber_delta", "must be positive"),
     ]
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"algo.{key}: {message}")
+    require_algo(checks)
 
 
 def _algorithm(name: str, config_cls: type) -> Algorithm:
     label = "Ape-X DQN" if name == "apex" else "DQN"
     return Algorithm(name=name, config_cls=config_cls, loop="async", make_update=make_update,
-                     fragment_length=fragment_length, validate=validate,
+                     fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_discrete(label), make_model=make_q_network,
                      explorer=DQNExplorer)
 

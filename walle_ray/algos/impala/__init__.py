@@ -7,7 +7,8 @@ from omegaconf import DictConfig
 
 from walle_ray.algos.impala.config import IMPALAConfig
 from walle_ray.algos.impala.update import IMPALAUpdate
-from walle_ray.algos.spec import Algorithm, check_policy_spaces
+from walle_ray.algos.spec import (Algorithm, check_policy_spaces, configured_fragment_length,
+                                   require_algo)
 from walle_ray.buffers.mixed import BufferSpec
 from walle_ray.config import ConfigError
 
@@ -17,10 +18,6 @@ REPLAY_TYPES = ("queue", "uniform")
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> IMPALAUpdate:
     return IMPALAUpdate(cfg.algo, model, collective, cfg.env.normalize_reward,
                         cfg.run.total_env_steps, device)
-
-
-def fragment_length(cfg: DictConfig, topo) -> int:
-    return cfg.algo.fragment_length
 
 
 def buffer_specs(algo_cfg) -> list[BufferSpec]:
@@ -77,12 +74,10 @@ def validate(cfg: DictConfig) -> None:
          "fragments_per_call", "fragments_per_call, updates_per_call, prefetch and publish_every "
          "must be positive"),
     ]
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"algo.{key}: {message}")
+    require_algo(checks)
     check_replay(a)
 
 
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
-                   fragment_length=fragment_length, validate=validate,
+                   fragment_length=configured_fragment_length, validate=validate,
                    check_spaces=check_policy_spaces("IMPALA"))

@@ -9,8 +9,7 @@ from omegaconf import DictConfig
 
 from walle_ray.algos.ppo.config import PPOConfig
 from walle_ray.algos.ppo.update import PPOUpdate
-from walle_ray.algos.spec import Algorithm, check_policy_spaces
-from walle_ray.config import ConfigError
+from walle_ray.algos.spec import Algorithm, check_policy_spaces, require_algo
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> PPOUpdate:
@@ -41,9 +40,7 @@ def validate(cfg: DictConfig) -> None:
         (a.kl_beta_init > 0, "kl_beta_init", "must be positive"),
         (a.kl_early_stop > 1, "kl_early_stop", "must be above 1 (a multiple of kl_target)"),
     ]
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"algo.{key}: {message}")
+    require_algo(checks)
 
 
 PPO = Algorithm(name="ppo", config_cls=PPOConfig, loop="sync", make_update=make_update,

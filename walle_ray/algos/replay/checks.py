@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walle_ray.config import ConfigError
+from walle_ray.algos.spec import require_algo
 
 
 def check_replay_settings(cfg) -> None:
@@ -35,6 +35,4 @@ def check_replay_settings(cfg) -> None:
         (a.lr > 0, "lr", "must be positive"),
         (a.max_grad_norm >= 0, "max_grad_norm", "must be zero (off) or positive"),
     ]
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"algo.{key}: {message}")
+    require_algo(checks)
