@@ -76,7 +76,7 @@ class Transitions:
     reward: np.ndarray  # [N] float32 n-step discounted reward
     discount: np.ndarray  # [N] float32 gamma^k, or 0 after a terminal state
     next_obs: np.ndarray  # [N, *obs_shape] observation to bootstrap from
-    priority: np.ndarray  # [N] float32 initial priority: |TD error| under the sampler's network
+    priority: np.ndarray  # [N] float32 initial priority: |TD error| under the sampler's network (NaN: none)
     version_b: np.ndarray  # [N] int64 version of the weights that acted
 
     @property

@@ -54,6 +54,9 @@ class ReplaySampler:
         self.index = index
         self.fragment_length = fragment_length
         self.gamma = float(algo_cfg.gamma)
+        # Initial priorities cost a forward pass over every transition; only prioritized
+        # shards use them (and evaluation none), so others get NaN: "no priority given".
+        self.computes_priority = bool(algo_cfg.prioritized) and not greedy
         self.n_step = int(algo_cfg.n_step)
         self.env = make_vector_env(env_cfg)
         cfg = SimpleNamespace(algo=algo_cfg, model=model_cfg, env=env_cfg)
@@ -140,7 +143,8 @@ class ReplaySampler:
         action = np.stack(out["action"])
         reward = np.asarray(out["reward"], np.float32)
         discount = np.asarray(out["discount"], np.float32)
-        priority = self.explorer.td_error(obs, action, reward, discount, next_obs)
+        priority = (self.explorer.td_error(obs, action, reward, discount, next_obs)
+                    if self.computes_priority else np.full(n, np.nan))
         return Transitions(obs=obs, action=action, reward=reward, discount=discount,
                            next_obs=next_obs, priority=np.asarray(priority, np.float32),
                            version_b=np.full(n, self.version, np.int64))

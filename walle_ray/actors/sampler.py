@@ -91,7 +91,7 @@ class Sampler:
         rollout = Rollout(obs_t=obs_t, action_t=action_t, reward_t=reward_t,
                           terminated_t=terminated_t, truncated_t=truncated_t, logp_t=logp_t,
                           dist_t=dist_t, v_t=v_t, final_v_t=final_v_t,
-                          return_t=self._discounted_returns(reward_t, terminated_t | truncated_t),
+                          return_t=self._discounted_returns(reward_t, terminated_t, truncated_t),
                           last_obs=last_obs, last_v=last_v,
                           version_b=np.full(B, self.version, np.int64),
                           replayed_b=np.zeros(B, bool))
@@ -100,14 +100,15 @@ class Sampler:
                  "collect_s": time.perf_counter() - t0}
         return rollout, stats
 
-    def _discounted_returns(self, reward_t: np.ndarray, done_t: np.ndarray) -> np.ndarray:
+    def _discounted_returns(self, reward_t: np.ndarray, terminated_t: np.ndarray,
+                            truncated_t: np.ndarray) -> np.ndarray:
         """Running discounted return of each env at each step, reset after an episode ends
         and carried across fragments; it feeds reward scaling only, so it is zeros (and
         costs nothing) when that is off. Plain floats: cheaper than numpy for one column."""
         return_t = np.zeros_like(reward_t)
         if not self.track_return:
             return return_t
-        gamma = self.gamma
+        gamma, done_t = self.gamma, terminated_t | truncated_t
         for b, (rewards, dones) in enumerate(zip(reward_t.T.tolist(), done_t.T.tolist())):
             g = float(self.disc_return[b])
             column = []

@@ -89,8 +89,7 @@ class LearnerWorker:
         self.publish_to = None
         self.publishes = False
         self.inflight: deque = deque()
-        self.held = None  # a batch this learner got while another learner got none
-        self.served_by = None  # the memory the newest batch came from
+        self.held = None  # (memory, batch) this learner got while another learner got none
         self.next_memory = 0
 
     def attach(self, memories: list, publish_to=None, publishes: bool = False, prefetch: int = 2,
@@ -102,19 +101,18 @@ class LearnerWorker:
         self.prefetch = prefetch
         self.publish_every = publish_every
 
-    def _next_batch(self):
-        """The next batch from the requests in flight (topped up first); None if it timed out."""
+    def _next_batch(self) -> tuple:
+        """The memory and the batch it served, from the requests in flight (topped up first);
+        the batch is None if it timed out."""
         if self.held is not None:
-            batch, self.held = self.held, None
-            return batch
+            served, self.held = self.held, None
+            return served
         while len(self.inflight) < self.prefetch * len(self.memories):
             memory = self.memories[self.next_memory % len(self.memories)]
             self.next_memory += 1
             self.inflight.append((memory, memory.sample.remote()))
         memory, ref = self.inflight.popleft()
-        batch = ray.get(ref)
-        self.served_by = memory
-        return batch
+        return memory, ray.get(ref)
 
     def train(self, num_updates: int, env_steps: int) -> dict:
         """Up to ``num_updates`` updates on batches pulled from the memories; averaged
@@ -128,16 +126,17 @@ class LearnerWorker:
         t_start = time.perf_counter()
         for _ in range(num_updates):
             t0 = time.perf_counter()
-            batch = self._next_batch()
+            memory, batch = self._next_batch()
             wait_s += time.perf_counter() - t0
             everyone = self.learner.collective.all_reduce_min(torch.tensor([float(batch is not None)]))
             if not everyone.item():
-                self.held = batch  # keep it for the next call
+                if batch is not None:
+                    self.held = (memory, batch)  # keep it for the next call
                 break
             metrics = self.learner.update([batch], env_steps)
             priorities = metrics.pop("priorities", None)
             if priorities is not None:  # replay shards: back to the one that served the batch
-                self.served_by.update_priorities.remote(batch.index, priorities)
+                memory.update_priorities.remote(batch.index, priorities)
             done += 1
             rows += batch.num_steps
             lag_max = max(lag_max, metrics.pop("policy_lag_max"))
