@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from pathlib import Path
 
 from common import ROOT, run_cli, write_result
 
