@@ -97,10 +97,13 @@ class LoggerConfig:
 
 @dataclass
 class EvalConfig:
-    """Greedy evaluation (mode=eval)."""
+    """Greedy evaluation: mode=eval from a checkpoint, or periodically during training."""
 
     episodes: int = 10  # episodes to run
     deterministic: bool = True  # greedy actions (argmax or the Gaussian mean)
+    video: bool = False  # mode=eval: write one MP4 per episode
+    video_dir: Optional[str] = None  # where the MP4s go; None: videos/ beside the checkpoint's run
+    every_env_steps: Optional[int] = None  # training: evaluate every this many env steps (eval/return)
 
 
 @dataclass
@@ -160,6 +163,8 @@ def validate(cfg: DictConfig) -> None:
     _require(cfg.logger.progress in ("auto", "line", "off"), "logger.progress",
              f"got {cfg.logger.progress!r}; use auto, line or off")
     _require(cfg.eval.episodes > 0, "eval.episodes", "must be positive")
+    _require(cfg.eval.every_env_steps is None or cfg.eval.every_env_steps > 0,
+             "eval.every_env_steps", "must be positive (or null for no evaluation in training)")
     for key in ("sampler_cpus", "learner_cpus"):
         value = cfg.topology[key]
         _require(value is None or value > 0, f"topology.{key}", "must be positive (or null)")
