@@ -33,9 +33,11 @@ def ray_session():
     ray.shutdown()
 
 
-def run_cli(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the real command line; returns the finished process with its output."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def run_cli(*args: str, timeout: float = 300, check: bool = True,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real command line (with ``env`` added to the environment); returns the
+    finished process with its output."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "walle_ray", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:

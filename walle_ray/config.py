@@ -88,11 +88,20 @@ class ModelConfig:
 
 @dataclass
 class LoggerConfig:
-    """Console progress and the metrics file."""
+    """Console progress and metrics.jsonl always; W&B with ``logger=wandb``."""
 
-    name: str = "console"  # which logger group option was chosen
+    name: str = "console"  # console | wandb
     progress: str = "auto"  # auto | line | off: live line on a TTY, periodic lines otherwise
     print_every_s: float = 10.0  # seconds between progress lines when not on a TTY
+    ray_metrics: bool = True  # Ray gauges (walle_*) for the dashboard's Prometheus/Grafana
+    # W&B (logger=wandb)
+    mode: str = "auto"  # auto (online with a key, else offline) | online | offline | disabled
+    project: str = "walle_ray"
+    entity: Optional[str] = None  # team or user; None: the key's default
+    group: Optional[str] = None  # groups seeds of one setting in the W&B UI
+    tags: List[str] = field(default_factory=list)
+    run_name: Optional[str] = None  # None: the run directory's name
+    init_timeout_s: float = 90.0  # give up on reaching W&B after this long
 
 
 @dataclass
@@ -158,8 +167,11 @@ def validate(cfg: DictConfig) -> None:
              f"got {cfg.model.activation!r}; use tanh or relu")
     _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
              "model.hidden", "needs one or more positive layer widths")
-    _require(cfg.logger.name == "console", "logger.name",
-             f"got {cfg.logger.name!r}; the only logger is console (metrics.jsonl and the progress line)")
+    _require(cfg.logger.name in ("console", "wandb"), "logger.name",
+             f"got {cfg.logger.name!r}; use console (metrics.jsonl and the progress line) "
+             "or wandb (the same, plus Weights & Biases)")
+    _require(cfg.logger.mode in ("auto", "online", "offline", "disabled"), "logger.mode",
+             f"got {cfg.logger.mode!r}; use auto, online, offline or disabled")
     _require(cfg.logger.progress in ("auto", "line", "off"), "logger.progress",
              f"got {cfg.logger.progress!r}; use auto, line or off")
     _require(cfg.eval.episodes > 0, "eval.episodes", "must be positive")

@@ -49,8 +49,34 @@ class MetricsFile:
                  for k, v in record.items()}
         self.file.write(json.dumps(clean) + "\n")
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
         self.file.close()
+
+
+class Sinks:
+    """Each record goes through the hooks (which may add keys, e.g. ``eval/return``), then to
+    every sink: metrics.jsonl first, then W&B and Ray gauges when configured."""
+
+    def __init__(self, sinks: list, hooks: list | None = None):
+        self.sinks = sinks
+        self.hooks = hooks or []
+
+    def write(self, record: dict) -> None:
+        for hook in self.hooks:
+            record.update(hook(record))
+        for sink in self.sinks:
+            sink.write(record)
+
+    def close(self, exit_code: int = 0) -> None:
+        """Close every sink, even when one fails (the metrics file is closed first)."""
+        errors = []
+        for sink in self.sinks:
+            try:
+                sink.close(exit_code)
+            except Exception as exc:  # a W&B upload failing must not hide the run's own end
+                errors.append(f"{type(sink).__name__}: {exc}")
+        for error in errors:
+            print(f"walle_ray: warning: closing {error}", file=sys.stderr, flush=True)
 
 
 def read_metrics(path: Path) -> list[dict]:

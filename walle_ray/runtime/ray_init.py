@@ -11,7 +11,8 @@ from walle_ray.config import ConfigError
 def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None:
     """Join ``address`` (or RAY_ADDRESS, or the job's cluster) if given, else start locally.
 
-    A local instance binds its dashboard to 127.0.0.1.
+    A local instance binds its dashboard to 127.0.0.1; set RAY_DASHBOARD_HOST (e.g. 0.0.0.0)
+    to reach it from other machines.
     """
     import ray
 
@@ -20,10 +21,14 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
     address = address or os.environ.get("RAY_ADDRESS")
     kwargs = dict(namespace=namespace, logging_level=logging.ERROR, log_to_driver=True)
     if address:
-        ray.init(address=address, **kwargs)
+        context = ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_host="127.0.0.1",
-                 **kwargs)
+        host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
+        context = ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_host=host,
+                           **kwargs)
+    if context.dashboard_url:
+        print(f"walle_ray: Ray dashboard at http://{context.dashboard_url} (actors walle/*, "
+              "metrics walle_*)", flush=True)
 
 
 def cluster_resources() -> tuple[float, float]:

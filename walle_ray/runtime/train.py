@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from walle_ray.algos import algorithm_for
 from walle_ray.config import ConfigError, to_container, validate
 from walle_ray.envs import env_spaces
-from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow
+from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
 from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
                                           save_checkpoint)
 from walle_ray.runtime.signals import StopSignals
@@ -35,8 +35,12 @@ def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
                               f"not {cfg.env.id!r}")
 
 
-def make_fleet(cfg: DictConfig, topo, obs_space, action_space):
-    """A LocalFleet for ``topology=local``, else Ray actors placed by the resource plan."""
+def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = "walle_ray"):
+    """A LocalFleet for ``topology=local``, else Ray actors placed by the resource plan.
+
+    Each run's actors live in their own Ray namespace, so two runs on one cluster can both
+    name theirs ``walle/sampler-0``.
+    """
     from walle_ray.runtime.async_fleet import AsyncLocalFleet, AsyncRayFleet
     from walle_ray.runtime.fleet import LocalFleet, RayFleet
     from walle_ray.runtime.ray_init import check_gpus, cluster_resources, start_ray
@@ -47,13 +51,56 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space):
                               "use a Ray topology such as 1a1m1l to place a learner on a GPU")
         local = AsyncLocalFleet if algorithm_for(cfg.algo).loop == "async" else LocalFleet
         return local(cfg, topo, obs_space, action_space)
-    start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace="walle_ray")
+    start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace=namespace)
     cpus, gpus = cluster_resources()
     check_gpus(topo.learners, cfg.learner.num_gpus, gpus)
     plan = plan_resources(topo, cpus, cfg.learner.num_gpus, cfg.topology.sampler_cpus,
                           cfg.topology.learner_cpus)
     fleet = AsyncRayFleet if algorithm_for(cfg.algo).loop == "async" else RayFleet
     return fleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
+
+
+def make_sinks(cfg: DictConfig, run_dir: Path, fleet, resumed: bool) -> Sinks:
+    """metrics.jsonl always; W&B with logger=wandb; Ray gauges when running on Ray;
+    greedy evaluation every ``eval.every_env_steps`` adds ``eval/return`` to the records."""
+    sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
+    try:
+        if cfg.logger.name == "wandb":
+            from walle_ray.logging.wandb_sink import WandbSink
+
+            sinks.append(WandbSink(cfg, run_dir, resumed))
+        if cfg.logger.ray_metrics and not parse_topology(cfg.topology.spec).local:
+            from walle_ray.logging.ray_metrics import RayMetrics
+
+            sinks.append(RayMetrics(run_dir.name, cfg.algo.name, cfg.env.name))
+    except BaseException:
+        Sinks(sinks).close(1)
+        raise
+    hooks = [PeriodicEval(cfg, fleet)] if cfg.eval.every_env_steps else []
+    return Sinks(sinks, hooks)
+
+
+class PeriodicEval:
+    """Greedy episodes on separate envs each time training passes another
+    ``eval.every_env_steps`` env steps, with the current learner weights."""
+
+    def __init__(self, cfg: DictConfig, fleet):
+        from walle_ray.runtime.evaluate import Evaluator
+
+        self.cfg, self.fleet = cfg, fleet
+        self.every = cfg.eval.every_env_steps
+        self.next_at = self.every
+        self.evaluator = Evaluator(cfg, seed=cfg.run.seed + 10_000,
+                                   deterministic=cfg.eval.deterministic)
+
+    def __call__(self, record: dict) -> dict:
+        if record["env_steps"] < self.next_at:
+            return {}
+        self.next_at = (record["env_steps"] // self.every + 1) * self.every
+        state = self.fleet.learner_state()
+        weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
+        result = self.evaluator.run(weights, int(state["version"]), self.cfg.eval.episodes)
+        return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
 
 
 def train(cfg: DictConfig, run_dir: Path) -> RunResult:
@@ -76,17 +123,20 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
         "env_steps": 0, "iterations": 0, "episodes": 0, "wall_s": 0.0, "recent_returns": []}
     label = f"{cfg.algo.name} {cfg.env.name} {topo}"
     print(f"walle_ray: {label}: run directory {run_dir.resolve()}", flush=True)
-    fleet = make_fleet(cfg, topo, obs_space, action_space)
-    if ckpt:
-        try:
-            fleet.load_learner_state(ckpt["learner"])
-        except (RuntimeError, KeyError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint {cfg.run.resume} does not fit this model "
-                                  f"({first_line(exc)})") from None
-        print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
-              f"iteration {counters['iterations']}", flush=True)
-
-    metrics = MetricsFile(run_dir / "metrics.jsonl", append=ckpt is not None)
+    fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=f"walle_ray-{run_dir.name}")
+    try:
+        if ckpt:
+            try:
+                fleet.load_learner_state(ckpt["learner"])
+            except (RuntimeError, KeyError, ValueError) as exc:
+                raise CheckpointError(f"checkpoint {cfg.run.resume} does not fit this model "
+                                      f"({first_line(exc)})") from None
+            print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
+                  f"iteration {counters['iterations']}", flush=True)
+        metrics = make_sinks(cfg, run_dir, fleet, resumed=ckpt is not None)
+    except BaseException:
+        fleet.shutdown()
+        raise
     window = ReturnWindow(cfg.run.return_window, counters.get("recent_returns"))
     progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
     state = {"counters": counters, "last_saved_iteration": counters["iterations"]}
@@ -110,7 +160,7 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
                         run_dir / "checkpoints" / "last.pt").exists():
                     checkpoint()
             finally:
-                metrics.close()
+                metrics.close(signals.exit_code or int(stopped_by == "error"))
                 fleet.shutdown()
     print(f"walle_ray: {label}: stopped ({stopped_by}) at {counters['env_steps']} env steps; "
           f"return {window.mean:.2f}; results in {run_dir.resolve()}", flush=True)
