@@ -19,8 +19,11 @@ def machine() -> dict:
     import ray
     import torch
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:  # no git (e.g. inside the Docker image)
+        commit = "unknown"
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "ray": ray.__version__, "commit": commit,
