@@ -1,49 +1,170 @@
-"""mode=eval: greedy episodes from a checkpoint, mean and std of the return."""
+"""Evaluation: whole episodes with given weights, from a checkpoint (mode=eval) or during
+training (an Evaluator built once and run with each new set of weights)."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
-from walle_ray.actors.replay_sampler import ReplaySampler
-from walle_ray.actors.sampler import Sampler
 from walle_ray.algos import ALGORITHMS
 from walle_ray.config import ConfigError, EnvConfig, ModelConfig
-from walle_ray.runtime.checkpoint import load_checkpoint
+from walle_ray.envs import is_atari, make_vector_env
+from walle_ray.models import make_actor_critic
+from walle_ray.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from walle_ray.runtime.video import AtariFrames, EpisodeVideos, GymFrames
+
+# Explorers anneal their exploration over a run's env steps; a stochastic evaluation acts
+# with the exploration that a finished run ends with.
+PAST_SCHEDULES = 2**62
+
+
+class ActorCriticPolicy:
+    """Acts as the policy-gradient algorithms' Sampler does: the action head's mode when
+    deterministic, else a sample from it."""
+
+    def __init__(self, obs_space, action_space, cfg: SimpleNamespace, deterministic: bool):
+        self.model = make_actor_critic(obs_space, action_space, cfg.model, cfg.env.normalize_obs)
+        self.model.eval()
+        self.deterministic = deterministic
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.model.set_weights(weights)
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        params, _ = self.model(torch.from_numpy(obs))
+        return self.model.head.act(params, self.deterministic)[0].numpy()
+
+
+class ExplorerPolicy:
+    """Acts with a replay algorithm's explorer, the class its ReplaySampler acts with:
+    greedy when deterministic, else with the exploration noise the run ends with."""
+
+    def __init__(self, explorer_cls: type, obs_space, action_space, cfg: SimpleNamespace,
+                 seed: int, deterministic: bool):
+        self.explorer = explorer_cls(obs_space, action_space, cfg, 0, 1, seed, greedy=deterministic)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.explorer.set_weights(weights)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return self.explorer.act(obs, PAST_SCHEDULES)
+
+
+def typed_sections(trained: DictConfig, algo_cls: type | None) -> SimpleNamespace:
+    """The env and model sections, and the algo section when its class is given, as the
+    dataclasses the envs and explorers are built from."""
+    schemas = {"env": EnvConfig, "model": ModelConfig}
+    if algo_cls is not None:
+        schemas["algo"] = algo_cls
+    return SimpleNamespace(**{
+        key: OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), trained[key]))
+        for key, schema in schemas.items()})
+
+
+class Evaluator:
+    """Runs whole episodes of a trained run's env with given weights; build once, run often.
+
+    ``trained`` is the config of the run the weights come from (its algo, env and model).
+    The env is built as that run's samplers built theirs, as a single copy so that short
+    episodes are not over-counted. Every ``run`` resets it with the same ``seed``, so
+    successive evaluations differ only by the weights. With ``video_dir`` each episode is
+    also written to ``video_dir/episode-NNN.mp4``; the next run overwrites them.
+    """
+
+    def __init__(self, trained: DictConfig, seed: int, deterministic: bool = True,
+                 video_dir: Path | None = None):
+        algo = ALGORITHMS.get(trained.algo.name)
+        replay = algo is not None and algo.replay  # policy-gradient variants (ppo_kl) act as ppo
+        cfg = typed_sections(trained, algo.config_cls if replay else None)
+        atari = is_atari(cfg.env.id)
+        kwargs = dict(cfg.env.kwargs or {})
+        if video_dir is not None and not atari:
+            kwargs["render_mode"] = "rgb_array"  # changes what render returns, not the observations
+        cfg.env = dataclasses.replace(cfg.env, envs_per_sampler=1, kwargs=kwargs)
+        self.env_id = cfg.env.id
+        self.seed = seed
+        self.env = make_vector_env(cfg.env)
+        try:
+            self.videos = None
+            if video_dir is not None:
+                source = AtariFrames(cfg.env.obs_size) if atari else GymFrames(self.env, cfg.env.id)
+                self.videos = EpisodeVideos(source, Path(video_dir))
+            obs_space, action_space = self.env.observation_space, self.env.action_space
+            self.policy = (ExplorerPolicy(algo.explorer, obs_space, action_space, cfg, seed,
+                                          deterministic)
+                           if replay else
+                           ActorCriticPolicy(obs_space, action_space, cfg, deterministic))
+        except BaseException:
+            self.env.close()
+            raise
+
+    def run(self, weights: dict[str, np.ndarray], version: int, episodes: int) -> dict:
+        """``episodes`` whole episodes from a fresh reset.
+
+        Returns are raw episode scores (Atari: unclipped game scores over whole games);
+        ``videos`` lists the MP4 files written, one per episode, or is empty."""
+        t0 = time.perf_counter()
+        self.policy.set_weights(weights)
+        obs = np.array(self.env.reset(seed=self.seed))
+        reward = np.empty(1, np.float32)
+        terminated, truncated = np.empty(1, bool), np.empty(1, bool)
+        if self.videos is not None:
+            self.videos.reset(obs)
+        returns: list[float] = []
+        lengths: list[int] = []
+        while len(returns) < episodes:
+            ended = self.env.step(self.policy.act(obs), obs, reward, terminated, truncated)
+            if self.videos is not None:
+                self.videos.step(obs, ended)
+            if ended is not None:
+                returns += ended.episode_returns
+                lengths += ended.episode_lengths
+        return {"episodes": len(returns), "return_mean": float(np.mean(returns)),
+                "return_std": float(np.std(returns)), "returns": returns, "lengths": lengths,
+                "videos": [str(p) for p in self.videos.paths] if self.videos is not None else [],
+                "version": version, "eval_s": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        if self.videos is not None:
+            self.videos.close()
+        self.env.close()
+
+
+def run_dir_of(checkpoint: Path) -> Path:
+    """The run directory a checkpoint file (or a run directory) belongs to."""
+    path = latest_checkpoint(checkpoint) if checkpoint.is_dir() else checkpoint
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Run ``eval.episodes`` episodes with the checkpoint's policy on the checkpoint's env."""
+    """Run ``eval.episodes`` episodes with the checkpoint's policy on the checkpoint's env,
+    writing one MP4 per episode when ``eval.video``."""
     if not cfg.run.checkpoint:
         raise ConfigError("run.checkpoint: mode=eval needs a checkpoint file or run directory, "
                           "e.g. run.checkpoint=runs/<run>/checkpoints/last.pt")
-    ckpt = load_checkpoint(Path(cfg.run.checkpoint))
-    trained = OmegaConf.create(ckpt["config"])
-    env_cfg = trained.env
-    env_cfg.envs_per_sampler = 1  # one env, so short episodes are not over-counted
-    algo = ALGORITHMS.get(trained.algo.name)  # policy-gradient variants (ppo_kl) share ppo's
-    if algo is not None and algo.replay:
-        typed = {key: OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), trained[key]))
-                 for key, schema in (("env", EnvConfig), ("model", ModelConfig),
-                                     ("algo", algo.config_cls))}
-        sampler = ReplaySampler(typed["env"], typed["model"], typed["algo"], algo.explorer, 256,
-                                seed=cfg.run.seed + 1, greedy=cfg.eval.deterministic)
-    else:
-        sampler = Sampler(env_cfg, trained.model, fragment_length=256, gamma=1.0, index=0,
-                          seed=cfg.run.seed + 1, deterministic=cfg.eval.deterministic)
-    weights = {k: v.numpy() for k, v in ckpt["learner"]["model"].items()}
-    sampler.set_weights(weights, int(ckpt["learner"]["version"]))
-    returns: list[float] = []
-    while len(returns) < cfg.eval.episodes:
-        _, stats = sampler.collect()
-        returns += stats["episode_returns"]
-    sampler.close()
-    returns = returns[: cfg.eval.episodes]
-    result = {"episodes": len(returns), "return_mean": float(np.mean(returns)),
-              "return_std": float(np.std(returns)), "returns": returns,
-              "env_id": env_cfg.id, "env_steps_trained": ckpt["counters"]["env_steps"]}
-    print(f"walle_ray: eval {env_cfg.id}: {len(returns)} episodes, return "
+    checkpoint = Path(cfg.run.checkpoint)
+    ckpt = load_checkpoint(checkpoint)
+    video_dir = None
+    if cfg.eval.video:
+        video_dir = Path(cfg.eval.video_dir or run_dir_of(checkpoint) / "videos")
+    evaluator = Evaluator(OmegaConf.create(ckpt["config"]), cfg.run.seed + 1,
+                          cfg.eval.deterministic, video_dir)
+    try:
+        weights = {k: v.numpy() for k, v in ckpt["learner"]["model"].items()}
+        result = evaluator.run(weights, int(ckpt["learner"]["version"]), cfg.eval.episodes)
+    finally:
+        evaluator.close()
+    result.update(env_id=evaluator.env_id, env_steps_trained=ckpt["counters"]["env_steps"])
+    print(f"walle_ray: eval {evaluator.env_id}: {result['episodes']} episodes, return "
           f"{result['return_mean']:.2f} ± {result['return_std']:.2f}", flush=True)
+    if video_dir is not None:
+        print(f"walle_ray: eval: {len(result['videos'])} videos in {video_dir.resolve()}",
+              flush=True)
     return result
