@@ -204,3 +204,14 @@ def test_job_submit_runs_on_the_existing_cluster(ray_cluster, tmp_path):
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "checkpoints" / "last.pt").is_file()
     status = _ray_cli("job", "list", "--address", dashboard, env=env)
     assert "SUCCEEDED" in status.stdout
+
+
+def test_training_evaluates_greedily_every_n_env_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    run_cli("topology=local", "run.total_env_steps=3072", "algo.batch_size=512", "algo.epochs=1",
+            "eval.every_env_steps=1000", "eval.episodes=2", "run.stop_at_return=null",
+            "logger.progress=off", f"hydra.run.dir={run_dir}")
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [r["env_steps"] for r in records if "eval/return" in r]
+    assert evaluated == [1024, 2048, 3072]
+    assert all(r["eval/return"] > 0 for r in records if "eval/return" in r)
