@@ -1,11 +1,12 @@
 """Small deterministic environments for tests and benchmarks.
 
-Registered with gymnasium as ``walle/Counting-v0`` and ``walle/Sleep-v0`` so they go through
-the same ``env.id=...`` path as any other env.
+Registered with gymnasium as ``walle/Counting-v0``, ``walle/Sleep-v0`` and
+``walle/Faulty-v0`` so they go through the same ``env.id=...`` path as any other env.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import gymnasium as gym
@@ -60,7 +61,88 @@ class SleepEnv(gym.Env):
         return obs, float(action), False, self.t >= self.length, {}
 
 
+_steps_in_process = 0  # steps taken by every FaultyEnv in this process
+_fired_in_process: set = set()  # faults fired, when there is no Ray to remember them
+
+
+class FaultLog:
+    """Remembers which faults fired. As a detached named Ray actor it outlives the samplers it
+    counts for, so a restarted sampler does not fire the same fault again."""
+
+    def __init__(self) -> None:
+        self.fired: list = []
+
+    def fire(self, key: tuple) -> bool:
+        """True the first time ``key`` is asked for (the fault should fire), then False."""
+        if key in self.fired:
+            return False
+        self.fired.append(key)
+        return True
+
+    def count(self) -> int:
+        return len(self.fired)
+
+
+def fault_log():
+    """The run's FaultLog actor (created on first use), or None outside Ray."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    return ray.remote(FaultLog).options(name="walle/faults", lifetime="detached",
+                                        get_if_exists=True, num_cpus=0).remote()
+
+
+def _sampler_index() -> int | None:
+    """This process's sampler index, from its Ray actor name ``walle/sampler-<i>``."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    name = ray.get_runtime_context().get_actor_name() or ""
+    return int(name.rsplit("-", 1)[1]) if name.startswith("walle/sampler-") else None
+
+
+class FaultyEnv(gym.Wrapper):
+    """``base_id`` (CartPole by default) that fails at chosen steps of chosen samplers, for
+    fault-tolerance tests: ``faults=[[sampler, step], ...]`` counts the steps of all envs of
+    that sampler's process; ``how`` is ``raise`` (an exception from ``step``) or ``exit``
+    (the process ends at once, like a crash). Each fault fires once per run."""
+
+    def __init__(self, base_id: str = "CartPole-v1", faults=(), how: str = "raise", **kwargs):
+        if how not in ("raise", "exit"):
+            raise ValueError(f"FaultyEnv: how={how!r}; use raise or exit")
+        super().__init__(gym.make(base_id, **kwargs))
+        self.faults = {(int(i), int(step)) for i, step in faults}
+        self.how = how
+
+    def step(self, action):
+        global _steps_in_process
+        _steps_in_process += 1
+        index = _sampler_index()
+        key = (-1 if index is None else index, _steps_in_process)
+        if key in self.faults or (index is None and any(step == key[1] for _, step in self.faults)):
+            if self._first_time(key):
+                if self.how == "exit":
+                    os._exit(17)
+                raise RuntimeError(f"injected fault at step {key[1]} of sampler {key[0]}")
+        return self.env.step(action)
+
+    @staticmethod
+    def _first_time(key: tuple) -> bool:
+        log = fault_log()
+        if log is None:
+            if key in _fired_in_process:
+                return False
+            _fired_in_process.add(key)
+            return True
+        import ray
+
+        return ray.get(log.fire.remote(key))
+
+
 def register_test_envs() -> None:
-    for env_id, entry in (("walle/Counting-v0", CountingEnv), ("walle/Sleep-v0", SleepEnv)):
+    for env_id, entry in (("walle/Counting-v0", CountingEnv), ("walle/Sleep-v0", SleepEnv),
+                          ("walle/Faulty-v0", FaultyEnv)):
         if env_id not in gym.envs.registry:
             gym.register(env_id, entry_point=entry, disable_env_checker=True)

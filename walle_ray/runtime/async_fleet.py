@@ -15,7 +15,7 @@ from walle_ray.algos import algorithm_for
 from walle_ray.algos.impala import buffer_specs
 from walle_ray.buffers.mixed import MixedMemory
 from walle_ray.buffers.prioritized import PrioritizedReplay
-from walle_ray.runtime.fleet import LocalRoles, RayRoles, RoleFailed
+from walle_ray.runtime.fleet import LocalRoles, RayRoles, RoleFailed, count_faults, role_failed
 from walle_ray.topology import ResourcePlan, Topology
 
 
@@ -45,7 +45,6 @@ class AsyncLocalFleet(LocalRoles):
         self.max_updates = (cfg.algo.updates_per_call
                             if algorithm_for(cfg.algo).replay and cfg.algo.replay_ratio is None
                             else None)
-        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
 
     def start(self) -> None:
         self.publish()
@@ -53,8 +52,8 @@ class AsyncLocalFleet(LocalRoles):
     def poll(self, env_steps: int, timeout_s: float = 0.0) -> tuple[list[dict], list[dict]]:
         reports = []
         for i, sampler in enumerate(self.samplers):
-            self.pull(sampler)
-            rollout, stats = sampler.collect()
+            rollout, stats = sampler.collect(self.pull)
+            count_faults(self.faults, stats)
             memory = self.memories[self.topo.memory_of_sampler(i)]
             stats["dropped"] = 0 if memory.has_room(rollout) else 1
             if not stats["dropped"]:
@@ -119,9 +118,9 @@ class AsyncRayFleet(RayRoles):
     def poll(self, env_steps: int, timeout_s: float = 1.0) -> tuple[list[dict], list[dict]]:
         """Reports of the sampler and learner calls that finished; each is issued again."""
         now = time.monotonic()
-        for i, when in list(self.restarting.items()):
-            if now >= when and not any(v == ("sampler", i) for v in self.pending.values()):
-                self._run_sampler(i)
+        for i, when in list(self.restarting.items()):  # ask dead samplers whether they are back
+            if now >= when and not any(v[1] == i and v[0] != "learner" for v in self.pending.values()):
+                self.pending[self.samplers[i].ready.remote()] = ("restarted", i)
         ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=timeout_s)
         if ready:
             ready, _ = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
@@ -134,14 +133,19 @@ class AsyncRayFleet(RayRoles):
                 if role == "learner":
                     raise RoleFailed(f"learner-{index} died ({type(exc).__name__}); the run stops "
                                        "with its last checkpoint intact") from None
-                if index not in self.restarting:  # one death can fail several calls
+                if role == "sampler":  # its fragments in flight are lost
                     self.faults["sampler_restarts"] += 1
                     self.faults["lost_fragments"] += self.cfg.algo.fragments_per_call
-                # Ray restarts the actor, which then pulls the newest weights; call it again soon.
-                self.restarting[index] = time.monotonic() + 0.5
+                # Ray restarts the actor, which then pulls the newest weights; ask again soon.
+                self.restarting[index] = time.monotonic() + 0.2
                 continue
-            if role == "sampler":
+            except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
+                raise role_failed(f"{role}-{index}", exc) from None
+            if role == "restarted":
                 self.restarting.pop(index, None)
+                self._run_sampler(index)
+            elif role == "sampler":
+                count_faults(self.faults, result)
                 reports.append(result)
                 self._run_sampler(index)
             else:

@@ -5,10 +5,13 @@ Both fleets offer the same calls, so the driver loop is written once.
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 from omegaconf import DictConfig, OmegaConf
 
 from walle_ray.actors.param_server import ParameterServer
+from walle_ray.actors.restart import RestartingSampler
 from walle_ray.algos import algorithm_for
 from walle_ray.actors.replay_sampler import ReplaySampler
 from walle_ray.actors.sampler import Sampler
@@ -27,6 +30,23 @@ class RoleTimeout(RoleError):
 
 class RoleFailed(RoleError):
     """A role that cannot be restarted died."""
+
+
+def role_failed(role: str, exc: BaseException) -> RoleFailed:
+    """A RoleFailed naming the role and the error raised inside it (not Ray's wrapper)."""
+    cause = getattr(exc, "cause", None) or exc
+    return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def count_faults(faults: dict, stats: dict) -> None:
+    """Add a sampler report's fault counts (fragments lost to env failures) to ``faults``."""
+    for key in faults:
+        faults[key] += stats.pop(key, 0)
 
 
 def sampler_spec(cfg: DictConfig, topo: Topology, i: int) -> tuple[type, tuple]:
@@ -72,8 +92,9 @@ class LocalRoles:
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         self.topo = topo
-        self.samplers = [cls(*args) for cls, args in
+        self.samplers = [RestartingSampler(cls, args) for cls, args in
                          (sampler_spec(cfg, topo, i) for i in range(topo.samplers))]
+        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
 
@@ -108,8 +129,8 @@ class LocalFleet(LocalRoles):
     def collect(self) -> list[dict]:
         stats = []
         for i, sampler in enumerate(self.samplers):
-            self.pull(sampler)
-            rollout, s = sampler.collect()
+            rollout, s = sampler.collect(self.pull)
+            count_faults(self.faults, s)
             self.memories[self.topo.memory_of_sampler(i)].put(rollout)
             stats.append(s)
         return stats
@@ -150,11 +171,29 @@ class RayRoles:
             self.ps or self.learners[0], *args, memory=memory, sampler_cls=cls)
 
     def _get(self, refs, role: str):
+        """Results of calls to ``role``; a timeout or an error raised inside the role becomes
+        a RoleError that names it (a dead actor stays a RayActorError, for the caller)."""
         try:
             return self.ray.get(refs, timeout=self.timeout_s)
         except self.ray.exceptions.GetTimeoutError:
             raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
                               "(run.role_timeout_s)") from None
+        except self.ray.exceptions.RayActorError:
+            raise
+        except self.ray.exceptions.RayTaskError as exc:
+            raise role_failed(role, exc) from None
+
+    def await_restart(self, i: int) -> None:
+        """Wait until Ray has restarted sampler i (calls made meanwhile may fail too)."""
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self.ray.get(self.samplers[i].ready.remote(), timeout=self.timeout_s)
+                return
+            except self.ray.exceptions.RayActorError:
+                time.sleep(0.2)
+        raise RoleTimeout(f"sampler-{i} was not restarted within {self.timeout_s:.0f} s "
+                          "(run.role_timeout_s)")
 
     def learner_state(self) -> dict:
         return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
@@ -179,17 +218,37 @@ class RayFleet(RayRoles):
             self.remote.RemoteMemory.options(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus).remote(
                 capacity=2 * topo.samplers)
             for k in range(topo.memories)]
-        self.samplers = [self.make_sampler(i) for i in range(topo.samplers)]
+        self.samplers = [self.make_sampler(i, max_restarts=-1, max_task_retries=0)
+                         for i in range(topo.samplers)]
+        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
 
     def publish(self) -> None:
         self.version = self._get(self.learners[0].publish.remote(self.ps),
                                  "learner-0 (publishing weights)")
 
-    def collect(self) -> list[dict]:
-        outs = [s.collect.remote(self.version) for s in self.samplers]
-        puts = [self.memories[self.topo.memory_of_sampler(i)].put.remote([rollout])
-                for i, (rollout, _) in enumerate(outs)]
-        stats = self._get([s for _, s in outs], "samplers")
+    def collect(self, max_deaths: int = 3) -> list[dict]:
+        """Every sampler's fragment, routed to its memory. A sampler process that dies is
+        restarted by Ray and asked again (its fragment is lost and collected anew)."""
+        outs = {i: s.collect.remote(self.version) for i, s in enumerate(self.samplers)}
+        stats: list = [None] * len(self.samplers)
+        puts, deaths = [], 0
+        while outs:
+            for i, (rollout, stat) in list(outs.items()):
+                try:
+                    stats[i] = self._get(stat, f"sampler-{i}")
+                except self.ray.exceptions.RayActorError as exc:
+                    deaths += 1
+                    if deaths > max_deaths * len(self.samplers):
+                        raise RoleFailed(f"sampler-{i} keeps dying ({first_line(exc)})") from None
+                    self.faults["sampler_restarts"] += 1
+                    self.faults["lost_fragments"] += 1
+                    self.await_restart(i)
+                    outs[i] = self.samplers[i].collect.remote(self.version)
+                    continue
+                del outs[i]
+                count_faults(self.faults, stats[i])
+                memory = self.memories[self.topo.memory_of_sampler(i)]
+                puts.append(memory.put.remote([rollout]))
         if not all(self._get(puts, "memories")):
             raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
         return stats

@@ -14,6 +14,7 @@ import ray
 import torch
 
 from walle_ray.actors.param_server import ParameterServer
+from walle_ray.actors.restart import RestartingSampler
 from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.runtime.memory_worker import AsyncMemoryWorker
@@ -31,22 +32,25 @@ class SamplerWorker:
                  **sampler_kwargs):
         self.source = weights_source
         self.memory = memory
-        self.sampler = sampler_cls(*sampler_args, **sampler_kwargs)
+        self.slot = RestartingSampler(sampler_cls, sampler_args, sampler_kwargs)
 
-    def _pull(self, version: int | None = None) -> None:
+    def _pull(self, sampler, version: int | None = None) -> None:
         """Fetch newer weights; with a known ``version`` it asks only when that is newer."""
-        if version is not None and version <= self.sampler.version:
+        if version is not None and version <= sampler.version:
             return
-        latest = ray.get(self.source.latest.remote(self.sampler.version))
+        latest = ray.get(self.source.latest.remote(sampler.version))
         if latest is not None:
             version, box = latest
-            self.sampler.set_weights(ray.get(box[0]), version)
+            sampler.set_weights(ray.get(box[0]), version)
+
+    def ready(self) -> bool:
+        """Answers once the actor is up (again, after a restart)."""
+        return True
 
     @ray.method(num_returns=2)
     def collect(self, version: int | None = None):
         """One fragment with weights at least as new as ``version`` (the newest if None)."""
-        self._pull(version)
-        return self.sampler.collect()
+        return self.slot.collect(lambda sampler: self._pull(sampler, version))
 
     def run(self, num_fragments: int) -> dict:
         """Collect fragments into the memory, one put in flight so collection overlaps it.
@@ -54,17 +58,17 @@ class SamplerWorker:
         Each fragment starts from the newest weights, fetched with a blocking call: a
         request kept in flight instead saves ~1 ms per fragment but adds a fragment of
         policy lag, which cost IMPALA on CartPole about half again as many steps."""
-        total = {"sampler": self.sampler.index, "env_steps": 0, "episode_returns": [],
+        total = {"sampler": self.slot.sampler.index, "env_steps": 0, "episode_returns": [],
                  "episode_lengths": [], "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0}
         pending = None
         for _ in range(num_fragments):
-            self._pull()
-            rollout, stats = self.sampler.collect()
+            rollout, stats = self.slot.collect(self._pull)
             if pending is not None:
                 total["put_wait_s"] += ray.get(pending)
             pending = self.memory.put.remote(rollout)
             for key, value in stats.items():
-                if key in ("env_steps", "collect_s", "transitions"):
+                if key in ("env_steps", "collect_s", "transitions", "sampler_restarts",
+                           "lost_fragments"):
                     total[key] = total.get(key, 0) + value
                 elif key.startswith("explore/"):
                     total[key] = value  # the newest exploration setting

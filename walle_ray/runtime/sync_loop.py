@@ -50,6 +50,7 @@ def run_sync(cfg: DictConfig, fleet, counters: dict, window, metrics, progress, 
             "env_steps_per_s": steps / iter_s,
             "env_steps_per_s_avg": (counters["env_steps"] - steps_at_start) / (t2 - started),
             "sampler_collect_s_max": max(s["collect_s"] for s in stats),
+            **{f"faults/{k}": v for k, v in fleet.faults.items()},
             **{f"learn/{k}": v for k, v in learn.items()},
         }
         metrics.write(record)
