@@ -43,3 +43,38 @@ def test_a_sampler_that_always_fails_stops_the_run_with_a_message(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "env failed 3 times in a row" in proc.stderr and "Traceback" not in proc.stderr
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+
+
+@pytest.mark.parametrize("algo,victim", [("impala", "walle/learner-0"), ("impala", "walle/memory-0"),
+                                         ("ppo", "walle/learner-0")])
+def test_a_dead_learner_or_memory_is_rebuilt_from_the_last_checkpoint(ray_session, tmp_path,
+                                                                      algo, victim):
+    import threading
+    import time
+
+    from conftest import make_cfg
+    from walle_ray.runtime.train import train
+
+    run_dir = tmp_path / "run"
+    budget = 40_000 if algo == "impala" else 8192
+    cfg = make_cfg(f"algo={algo}", "topology=2a1m1l", f"run.total_env_steps={budget}",
+                   "run.stop_at_return=null", "run.report_every_s=0.5", "run.checkpoint_every=2",
+                   "logger.progress=off", "logger.ray_metrics=false",
+                   *(["algo.batch_size=512", "algo.epochs=1"] if algo == "ppo" else []))
+    killed = []
+
+    def kill_after_first_checkpoint():
+        deadline = time.monotonic() + 60
+        while not (run_dir / "checkpoints" / "last.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ray_session.kill(ray_session.get_actor(victim))
+        killed.append(time.monotonic())
+
+    threading.Thread(target=kill_after_first_checkpoint, daemon=True).start()
+    result = train(cfg, run_dir)
+    assert killed and result.stopped_by == "budget"
+    assert result.counters["restarts"] == 1 and result.counters["env_steps"] >= budget
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["env_steps"] for r in records]
+    assert steps == sorted(steps)
+    assert records[-1]["faults/role_restarts"] == 1

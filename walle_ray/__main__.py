@@ -17,6 +17,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 def _task(cfg: DictConfig) -> None:
     from walle_ray.actors.restart import SamplerFailed
+    from walle_ray.learners.guard import NonFiniteUpdate
     from walle_ray.runtime.checkpoint import CheckpointError
     from walle_ray.runtime.evaluate import evaluate
     from walle_ray.runtime.fleet import RoleError
@@ -27,7 +28,7 @@ def _task(cfg: DictConfig) -> None:
             evaluate(cfg)
             return
         result = train(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except (ConfigError, CheckpointError, RoleError, SamplerFailed) as exc:
+    except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     if result.exit_code:

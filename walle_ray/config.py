@@ -32,6 +32,7 @@ class RunConfig:
     checkpoint: Optional[str] = None  # checkpoint file for mode=eval
     report_every_s: float = 5.0  # seconds between metrics records of asynchronous algorithms
     role_timeout_s: float = 600.0  # longest wait for any role's answer before the run stops
+    max_restarts: int = 3  # learner/memory deaths survived by rebuilding from the last checkpoint
     ray_address: Optional[str] = None  # Ray cluster to join; None: RAY_ADDRESS or a local instance
     ray_num_cpus: Optional[int] = None  # CPUs of a local Ray instance; None: all cores
 
@@ -74,6 +75,7 @@ class LearnerConfig:
     num_gpus: float = 0.0  # GPUs per learner actor; >0 fails fast when the cluster has none
     torch_threads: int = 0  # intra-op threads of a learner; 0: its CPU share, at least 1
     group_timeout_s: float = 120.0  # how long learners wait for each other in a collective
+    on_nonfinite: str = "skip"  # a NaN/inf loss or gradient: skip that step, or stop the run
 
 
 @dataclass
@@ -157,12 +159,15 @@ def validate(cfg: DictConfig) -> None:
     _require(cfg.run.return_window > 0, "run.return_window", "must be positive")
     _require(cfg.run.report_every_s > 0, "run.report_every_s", "must be positive")
     _require(cfg.run.role_timeout_s > 0, "run.role_timeout_s", "must be positive")
+    _require(cfg.run.max_restarts >= 0, "run.max_restarts", "must be zero or positive")
     _require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
     _require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")
     _require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")
     _require(cfg.env.frame_stack > 0, "env.frame_stack", "must be positive")
     _require(cfg.env.frame_skip > 0, "env.frame_skip", "must be positive")
     _require(cfg.learner.num_gpus >= 0, "learner.num_gpus", "must be zero or positive")
+    _require(cfg.learner.on_nonfinite in ("skip", "stop"), "learner.on_nonfinite",
+             f"got {cfg.learner.on_nonfinite!r}; use skip or stop")
     _require(cfg.model.activation in ("tanh", "relu"), "model.activation",
              f"got {cfg.model.activation!r}; use tanh or relu")
     _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),

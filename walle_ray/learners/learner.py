@@ -31,6 +31,7 @@ class Learner:
         self.model = algo.make_model(obs_space, action_space, cfg).to(self.device)
         self.collective: Collective = Collective()
         self.update_rule = algo.make_update(cfg, self.model, self.collective, self.device)
+        self.update_rule.guard.mode = cfg.learner.on_nonfinite
         self.version = 0
 
     def join_group(self, address: str, port: int, rank: int, world_size: int) -> None:
@@ -54,7 +55,8 @@ class Learner:
         self.version += 1
         lags = np.concatenate([self.version - 1 - r.version_b for r in rollouts])
         metrics.update(version=self.version, policy_lag_mean=float(lags.mean()),
-                       policy_lag_max=float(lags.max()))
+                       policy_lag_max=float(lags.max()),
+                       nonfinite_skipped=self.update_rule.guard.skipped)
         return metrics
 
     def state_dict(self) -> dict:

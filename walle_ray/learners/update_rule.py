@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from walle_ray.learners.collective import Collective
+from walle_ray.learners.guard import NonFiniteGuard
 from walle_ray.learners.reward_scale import RewardScaler
 from walle_ray.models import ActorCritic
 
@@ -20,6 +21,7 @@ class UpdateRule:
         self.reward_scaler = RewardScaler() if normalize_reward else None
         self.total_env_steps = total_env_steps
         self.device = device
+        self.guard = NonFiniteGuard()
 
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict()}

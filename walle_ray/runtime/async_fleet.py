@@ -15,7 +15,7 @@ from walle_ray.algos import algorithm_for
 from walle_ray.algos.impala import buffer_specs
 from walle_ray.buffers.mixed import MixedMemory
 from walle_ray.buffers.prioritized import PrioritizedReplay
-from walle_ray.runtime.fleet import LocalRoles, RayRoles, RoleFailed, count_faults, role_failed
+from walle_ray.runtime.fleet import LocalRoles, RayRoles, RoleDied, count_faults, role_failed
 from walle_ray.topology import ResourcePlan, Topology
 
 
@@ -131,8 +131,7 @@ class AsyncRayFleet(RayRoles):
                 result = self.ray.get(ref)
             except self.ray.exceptions.RayActorError as exc:
                 if role == "learner":
-                    raise RoleFailed(f"learner-{index} died ({type(exc).__name__}); the run stops "
-                                       "with its last checkpoint intact") from None
+                    raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
                 if role == "sampler":  # its fragments in flight are lost
                     self.faults["sampler_restarts"] += 1
                     self.faults["lost_fragments"] += self.cfg.algo.fragments_per_call

@@ -43,9 +43,10 @@ class _Interval:
 
 
 def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress, signals,
-              checkpoint) -> str:
+              checkpoint, started: float | None = None) -> str:
     """Poll the fleet until a stop condition; write a record every ``run.report_every_s``."""
-    started = last = time.perf_counter()
+    last = time.perf_counter()
+    started = started or last  # a restarted loop keeps the run's wall budget
     steps_at_start = counters["env_steps"]
     counters.setdefault("env_steps_consumed", 0)
     counters.setdefault("updates", 0)

@@ -29,13 +29,27 @@ class RoleTimeout(RoleError):
 
 
 class RoleFailed(RoleError):
-    """A role that cannot be restarted died."""
+    """A role failed in a way a restart would not mend (an error raised inside it)."""
+
+
+class RoleDied(RoleFailed):
+    """A learner or memory process died; the run can rebuild its roles from the last
+    checkpoint (``run.max_restarts``)."""
 
 
 def role_failed(role: str, exc: BaseException) -> RoleFailed:
     """A RoleFailed naming the role and the error raised inside it (not Ray's wrapper)."""
     cause = getattr(exc, "cause", None) or exc
+    if isinstance(cause, ray_actor_error()):  # a role it was talking to died
+        return RoleDied(f"{role} lost a role it was using: {type(cause).__name__}: "
+                        f"{first_line(cause)}")
     return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
+
+
+def ray_actor_error() -> type:
+    import ray
+
+    return ray.exceptions.RayActorError
 
 
 def first_line(exc: BaseException) -> str:
@@ -170,16 +184,19 @@ class RayRoles:
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus, **options).remote(
             self.ps or self.learners[0], *args, memory=memory, sampler_cls=cls)
 
-    def _get(self, refs, role: str):
-        """Results of calls to ``role``; a timeout or an error raised inside the role becomes
-        a RoleError that names it (a dead actor stays a RayActorError, for the caller)."""
+    def _get(self, refs, role: str, restartable: bool = False):
+        """Results of calls to ``role``; a timeout, an error raised inside the role or its
+        death becomes a RoleError that names it. A restartable role's death stays a
+        RayActorError, for the caller to handle."""
         try:
             return self.ray.get(refs, timeout=self.timeout_s)
         except self.ray.exceptions.GetTimeoutError:
             raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
                               "(run.role_timeout_s)") from None
-        except self.ray.exceptions.RayActorError:
-            raise
+        except self.ray.exceptions.RayActorError as exc:
+            if restartable:
+                raise
+            raise RoleDied(f"{role} died ({type(exc).__name__})") from None
         except self.ray.exceptions.RayTaskError as exc:
             raise role_failed(role, exc) from None
 
@@ -235,7 +252,7 @@ class RayFleet(RayRoles):
         while outs:
             for i, (rollout, stat) in list(outs.items()):
                 try:
-                    stats[i] = self._get(stat, f"sampler-{i}")
+                    stats[i] = self._get(stat, f"sampler-{i}", restartable=True)
                 except self.ray.exceptions.RayActorError as exc:
                     deaths += 1
                     if deaths > max_deaths * len(self.samplers):

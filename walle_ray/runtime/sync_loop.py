@@ -20,10 +20,10 @@ def stop_reason(cfg: DictConfig, counters: dict, window, started: float, signals
 
 
 def run_sync(cfg: DictConfig, fleet, counters: dict, window, metrics, progress, signals,
-             checkpoint) -> str:
+             checkpoint, started: float | None = None) -> str:
     """Iterate until a stop condition; returns its name. Each iteration records collection
     and learning time separately (WALL-E's timing breakdown)."""
-    started = time.perf_counter()
+    started = started or time.perf_counter()  # a restarted loop keeps the run's wall budget
     steps_at_start = counters["env_steps"]
     fleet.publish()
     while (reason := stop_reason(cfg, counters, window, started, signals)) is None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from ray.exceptions import RayError
 
 from walle_ray.algos import algorithm_for
 from walle_ray.config import ConfigError, to_container, validate
@@ -14,6 +18,7 @@ from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
 from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
                                           save_checkpoint)
+from walle_ray.runtime.fleet import RoleDied, RoleError
 from walle_ray.runtime.signals import StopSignals
 from walle_ray.runtime.async_loop import run_async
 from walle_ray.runtime.sync_loop import run_sync
@@ -60,7 +65,7 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     return fleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path, fleet, resumed: bool) -> Sinks:
+def make_sinks(cfg: DictConfig, run_dir: Path, fleet: Callable, resumed: bool) -> Sinks:
     """metrics.jsonl always; W&B with logger=wandb; Ray gauges when running on Ray;
     greedy evaluation every ``eval.every_env_steps`` adds ``eval/return`` to the records."""
     sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
@@ -82,9 +87,10 @@ def make_sinks(cfg: DictConfig, run_dir: Path, fleet, resumed: bool) -> Sinks:
 
 class PeriodicEval:
     """Greedy episodes on separate envs each time training passes another
-    ``eval.every_env_steps`` env steps, with the current learner weights."""
+    ``eval.every_env_steps`` env steps, with the current learner weights (``fleet()`` gives
+    the fleet of the moment, which a restart replaces)."""
 
-    def __init__(self, cfg: DictConfig, fleet):
+    def __init__(self, cfg: DictConfig, fleet: Callable):
         from walle_ray.runtime.evaluate import Evaluator
 
         self.cfg, self.fleet = cfg, fleet
@@ -97,7 +103,7 @@ class PeriodicEval:
         if record["env_steps"] < self.next_at:
             return {}
         self.next_at = (record["env_steps"] // self.every + 1) * self.every
-        state = self.fleet.learner_state()
+        state = self.fleet().learner_state()
         weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
         result = self.evaluator.run(weights, int(state["version"]), self.cfg.eval.episodes)
         return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
@@ -123,7 +129,8 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
         "env_steps": 0, "iterations": 0, "episodes": 0, "wall_s": 0.0, "recent_returns": []}
     label = f"{cfg.algo.name} {cfg.env.name} {topo}"
     print(f"walle_ray: {label}: run directory {run_dir.resolve()}", flush=True)
-    fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=f"walle_ray-{run_dir.name}")
+    namespace = f"walle_ray-{run_dir.name}"
+    fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=namespace)
     try:
         if ckpt:
             try:
@@ -133,7 +140,7 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
                                       f"({first_line(exc)})") from None
             print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
                   f"iteration {counters['iterations']}", flush=True)
-        metrics = make_sinks(cfg, run_dir, fleet, resumed=ckpt is not None)
+        metrics = make_sinks(cfg, run_dir, lambda: fleet, resumed=ckpt is not None)
     except BaseException:
         fleet.shutdown()
         raise
@@ -148,17 +155,47 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
                          "config": to_container(cfg)})
         state["last_saved_iteration"] = counters["iterations"]
 
+    def rebuild(failure: RoleDied) -> None:
+        """Replace every role, restoring the learners from the last checkpoint."""
+        nonlocal fleet
+        counters["restarts"] = counters.get("restarts", 0) + 1
+        print(f"walle_ray: {failure}; rebuilding the roles from the last checkpoint (restart "
+              f"{counters['restarts']} of run.max_restarts={cfg.run.max_restarts})",
+              file=sys.stderr, flush=True)
+        faults = fleet.faults  # counters carry over, so they never go backwards
+        fleet.shutdown()
+        fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=namespace)
+        fleet.faults = faults
+        fleet.faults["role_restarts"] = counters["restarts"]
+        last = run_dir / "checkpoints" / "last.pt"
+        if last.is_file():
+            fleet.load_learner_state(load_checkpoint(last)["learner"])
+
     stopped_by = "error"
+    started = time.perf_counter()
     with StopSignals() as signals:
         try:
             loop = {"sync": run_sync, "async": run_async}[algo.loop]
-            stopped_by = loop(cfg, fleet, counters, window, metrics, progress, signals, checkpoint)
+            while True:
+                try:
+                    stopped_by = loop(cfg, fleet, counters, window, metrics, progress, signals,
+                                      checkpoint, started)
+                    break
+                except RoleDied as failure:
+                    if counters.get("restarts", 0) >= cfg.run.max_restarts:
+                        raise RoleDied(f"{failure}; gave up after run.max_restarts="
+                                       f"{cfg.run.max_restarts} restarts") from None
+                    rebuild(failure)
         finally:
             progress.close()
             try:
                 if counters["iterations"] > state["last_saved_iteration"] or not (
                         run_dir / "checkpoints" / "last.pt").exists():
                     checkpoint()
+            except (RoleError, RayError) as exc:  # a dead learner cannot hand over its state
+                print(f"walle_ray: no final checkpoint ({first_line(exc)}); the last one, at "
+                      f"iteration {state['last_saved_iteration']}, is intact", file=sys.stderr,
+                      flush=True)
             finally:
                 metrics.close(signals.exit_code or int(stopped_by == "error"))
                 fleet.shutdown()

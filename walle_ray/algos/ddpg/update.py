@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 import numpy as np
 import torch
 from torch import nn
@@ -13,6 +12,7 @@ from walle_ray.algos.ddpg.loss import (actor_loss, critic_loss, critic_targets,
                                        smooth_target_action, twin_critic_targets)
 from walle_ray.batch import ReplayBatch
 from walle_ray.learners.collective import Collective
+from walle_ray.learners.guard import NonFiniteGuard
 from walle_ray.models.deterministic import DeterministicActorCritic
 
 
@@ -40,6 +40,7 @@ class DDPGUpdate:
         critic_lr = cfg.lr if cfg.critic_lr is None else cfg.critic_lr
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=actor_lr)
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=critic_lr)
+        self.guard = NonFiniteGuard()
         self.updates = 0
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
@@ -62,14 +63,16 @@ class DDPGUpdate:
         loss = sum(losses)
         td = tds[0]
         out = {"critic_loss": float(loss.detach()),
-               "critic_grad_norm": self._step(self.critic_optimizer, self.critic_params, loss),
+               "critic_grad_norm": self._step(self.critic_optimizer, self.critic_params, loss,
+                                              "critic_loss"),
                "q_mean": float(qs[0].detach().mean()), "target_q_mean": float(target.mean()),
                "td_error_mean": float(td.abs().mean())}
         self.updates += 1
         if self.updates % cfg.policy_delay == 0:
             pi_loss = actor_loss(model.q(obs, model.act(obs)))
             out.update(actor_loss=float(pi_loss.detach()),
-                       actor_grad_norm=self._step(self.actor_optimizer, self.actor_params, pi_loss))
+                       actor_grad_norm=self._step(self.actor_optimizer, self.actor_params, pi_loss,
+                                                  "actor_loss"))
             polyak_update(self.target, model, cfg.tau)
         if cfg.prioritized:  # uniform shards have no use for them
             out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
@@ -93,15 +96,11 @@ class DDPGUpdate:
         return critic_targets(reward, discount, next_q[0])
 
     def _step(self, optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
-              loss: torch.Tensor) -> float:
-        """Backward, average gradients over learners, clip, step; returns the gradient norm."""
-        optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        self.collective.all_reduce_grads(params)
-        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        optimizer.step()
-        return float(norm)
+              loss: torch.Tensor, name: str) -> float:
+        """Backward, average gradients over learners, clip, step (unless anything is
+        non-finite); returns the gradient norm."""
+        return self.guard.step(optimizer, params, loss, self.collective, self.cfg.max_grad_norm,
+                               {name: loss.detach()})
 
     def state_dict(self) -> dict:
         return {"actor_optimizer": self.actor_optimizer.state_dict(),

@@ -11,6 +11,7 @@ from walle_ray.algos.dqn.config import DQNConfig
 from walle_ray.algos.dqn.loss import dqn_loss, q_targets
 from walle_ray.batch import ReplayBatch
 from walle_ray.learners.collective import Collective
+from walle_ray.learners.guard import NonFiniteGuard
 from walle_ray.models.q_network import QNetwork
 
 
@@ -25,6 +26,7 @@ class DQNUpdate:
         self.device = device
         self.target = copy.deepcopy(model).requires_grad_(False)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.guard = NonFiniteGuard()
         self.updates = 0
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
@@ -47,12 +49,8 @@ class DQNUpdate:
             next_q_online = q_all[n:].detach() if cfg.double_q else None
             target = q_targets(reward, discount, next_q_target, next_q_online)
         loss, td = dqn_loss(q, action, target, weight.float(), cfg.huber_delta)
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        self.collective.all_reduce_grads(self.model.parameters())
-        grad_norm = (torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                     if cfg.max_grad_norm > 0 else torch.tensor(float("nan")))
-        self.optimizer.step()
+        grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
+                                    self.collective, cfg.max_grad_norm, {"loss": loss.detach()})
         self.updates += 1
         self._follow_target()
         q_taken = q.detach().gather(-1, action.long().unsqueeze(-1))

@@ -57,11 +57,8 @@ class IMPALAUpdate(UpdateRule):
             terms.update(clear_terms)
         lr = scheduled_lr(cfg.lr, cfg.lr_schedule, env_steps, self.total_env_steps)
         set_lr(self.optimizer, lr)
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        self.collective.all_reduce_grads(self.model.parameters())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
+                                    self.collective, cfg.max_grad_norm, terms)
         update_obs_norm(self.model, batch, self.collective)
         out = {k: float(v) for k, v in terms.items()}
         out.update(loss=float(loss.detach()), grad_norm=float(grad_norm), lr=lr,

@@ -91,11 +91,8 @@ class PPOUpdate(UpdateRule):
                                       beta=self.beta, **common)
         else:
             loss, terms = ppo_clip_loss(logp, old_logp, adv, v, target, entropy, clip=cfg.clip, **common)
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        self.collective.all_reduce_grads(self.model.parameters())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
+                                    self.collective, cfg.max_grad_norm, terms)
         out = {k: float(v) for k, v in terms.items()}
         out["grad_norm"] = float(grad_norm)
         return out
