@@ -101,7 +101,7 @@ def run(minutes: float, kill_every_s: float | None, name: str) -> dict:
         sample = {"t_s": round(now, 1), "driver_rss_mb": rss_mb(driver.pid), **store,
                   "roles_rss_mb": {n: rss_mb(p) for n, p in sorted(pids.items())}}
         samples.append(sample)
-        if kill_every_s and now >= next_kill:
+        if kill_every_s and next_kill <= now < minutes * 60 - 30:  # none as the run ends
             samplers = sorted(n for n in pids if n.startswith("walle/sampler-"))
             victim = rng.choice(samplers)
             ray.kill(ray.get_actor(victim), no_restart=False)
@@ -110,8 +110,11 @@ def run(minutes: float, kill_every_s: float | None, name: str) -> dict:
             next_kill += kill_every_s
     ray.shutdown()
     records = read_metrics(run_dir / "metrics.jsonl")
+    started = max(0.0, samples[0]["t_s"] - 15) if samples else 0.0
     return {"command": " ".join(cmd[1:]), "exit_code": driver.returncode, "samples": samples,
-            "kills": kills, "records": records}
+            "kills": kills, "records": records, "run_dir": str(run_dir),
+            # the training loop's end on this clock: its wall time after the process start
+            "ended_s": records[-1]["wall_s"] + started}
 
 
 def summary(result: dict, warmup_s: float = 300) -> dict:
@@ -119,25 +122,39 @@ def summary(result: dict, warmup_s: float = 300) -> dict:
     steady = [r for r in records if r["wall_s"] >= 60]
     span = steady[-1]["wall_s"] - steady[0]["wall_s"]
     rate = (steady[-1]["env_steps"] - steady[0]["env_steps"]) / span
+    # Resident memory moves by several percent from one 15-s sample to the next (allocator
+    # arenas, torch's caches), so growth compares the mean of the window that follows the
+    # warm-up with the mean of the last window of the same length.
     after = [s for s in samples if s["t_s"] >= warmup_s] or samples
-    first, last = after[0], after[-1]
+    window = max(1, min(20, len(after) // 3))
+    head, tail = after[:window], after[-window:]
 
-    def growth(a: float | None, b: float | None) -> float | None:
+    def mean(rows: list[dict], pick) -> float | None:
+        values = [v for v in map(pick, rows) if v is not None]
+        return sum(values) / len(values) if values else None
+
+    def growth(pick) -> float | None:
+        a, b = mean(head, pick), mean(tail, pick)
         return None if not a or b is None else b / a - 1
 
-    roles = {n: growth(first["roles_rss_mb"].get(n), last["roles_rss_mb"].get(n))
+    last = after[-1]
+    roles = {n: growth(lambda s, n=n: s["roles_rss_mb"].get(n))
              for n in last["roles_rss_mb"] if not n.startswith("walle/sampler-")}
     samplers = [v for n, v in last["roles_rss_mb"].items() if n.startswith("walle/sampler-")]
+    end_s = result.get("ended_s", float("inf"))
     return {"steps_per_s": rate, "env_steps": records[-1]["env_steps"],
+            "kills_during_run": sum(k["t_s"] < end_s for k in result["kills"]),
             "sampler_restarts": records[-1].get("faults/sampler_restarts", 0),
             "lost_fragments": records[-1].get("faults/lost_fragments", 0),
             "dropped_fragments": records[-1].get("dropped_fragments", 0),
             "return_last": records[-1].get("return"),
-            "driver_rss_growth": growth(first["driver_rss_mb"], last["driver_rss_mb"]),
+            "driver_rss_growth": growth(lambda s: s["driver_rss_mb"]),
+            "driver_rss_mb": [mean(head, lambda s: s["driver_rss_mb"]),
+                              mean(tail, lambda s: s["driver_rss_mb"])],
             "role_rss_growth": roles, "sampler_rss_mb_last": samplers,
             "plasma_mib_max": max(s["plasma_mib"] for s in samples),
             "spilled_mib_max": max(s["spilled_mib"] for s in samples),
-            "memory_window_s": [first["t_s"], last["t_s"]]}
+            "memory_windows_s": [[head[0]["t_s"], head[-1]["t_s"]], [tail[0]["t_s"], tail[-1]["t_s"]]]}
 
 
 def plot(faulty: dict, baseline: dict | None) -> None:
@@ -177,9 +194,15 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=30)
     p.add_argument("--kill-every-s", type=float, default=120)
     p.add_argument("--baseline-minutes", type=float, default=10)
+    p.add_argument("--summarize", action="store_true",
+                   help="recompute the summary from the last soak.json and its run directories")
     args = p.parse_args()
-    faulty = run(args.minutes, args.kill_every_s, "bench_soak_faults")
-    baseline = run(args.baseline_minutes, None, "bench_soak_baseline") if args.baseline_minutes else None
+    if args.summarize:
+        faulty, baseline = reload()
+    else:
+        faulty = run(args.minutes, args.kill_every_s, "bench_soak_faults")
+        baseline = (run(args.baseline_minutes, None, "bench_soak_baseline")
+                    if args.baseline_minutes else None)
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(faulty, baseline)
     s = summary(faulty)
@@ -189,15 +212,36 @@ def main() -> None:
         "memory_flat_10pct": all(abs(g) <= 0.10 for g in mem_growth),
         "no_spilling": s["spilled_mib_max"] == 0,
         "steps_per_s_within_10pct": base is not None and s["steps_per_s"] >= 0.9 * base["steps_per_s"],
-        "restarts_match_kills": s["sampler_restarts"] == len(faulty["kills"]),
+        "restarts_match_kills": s["sampler_restarts"] == s["kills_during_run"],
     }
     write_result("soak", {
-        "command": "python benchmarks/soak.py " + " ".join(f"--{k.replace('_', '-')} {v}"
-                                                          for k, v in vars(args).items()),
+        "command": "python benchmarks/soak.py " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "summarize"),
         "target": {"memory_growth_max": 0.10, "spilled_mib": 0, "steps_per_s_vs_baseline": 0.9},
         "faults": s, "baseline": base, "checks": checks, "met_target": all(checks.values()),
-        "kills": faulty["kills"], "samples": faulty["samples"],
+        "kills": faulty["kills"], "ended_s": faulty["ended_s"], "samples": faulty["samples"],
+        "baseline_samples": baseline["samples"] if baseline else None,
     })
+
+
+def reload() -> tuple[dict, dict | None]:
+    """The two runs of the last soak, from soak.json and the metrics of their run directories."""
+    import json
+
+    from walle_ray.logging.metrics import read_metrics
+
+    saved = json.loads((RESULTS / "soak.json").read_text())
+    faulty = {"samples": saved["samples"], "kills": saved["kills"],
+              "records": read_metrics(ROOT / "runs" / "bench_soak_faults" / "metrics.jsonl")}
+    started = max(0.0, faulty["samples"][0]["t_s"] - 15)
+    faulty["ended_s"] = saved.get("ended_s", faulty["records"][-1]["wall_s"] + started)
+    base_dir = ROOT / "runs" / "bench_soak_baseline"
+    baseline = None
+    if (base_dir / "metrics.jsonl").is_file():
+        samples = saved.get("baseline_samples") or faulty["samples"][:1]  # memory: see faults
+        baseline = {"samples": samples, "kills": [],
+                    "records": read_metrics(base_dir / "metrics.jsonl")}
+    return faulty, baseline
 
 
 if __name__ == "__main__":

@@ -66,6 +66,15 @@ def test_smoke_run_writes_metrics_and_checkpoint_and_resumes(tmp_path, topology)
     (["algo=td3", "env=pong"], "TD3 needs a continuous action space (a 1-D gymnasium Box); "
                                "this env has Discrete(6)"),
     (["algo=apex", "algo.replay_ratio=-1"], "algo.replay_ratio: must be positive"),
+    (["algo=nosuch"], "Could not find 'algo/nosuch'"),
+    (["topology=local", "run.totl_env_steps=5"], "Key 'totl_env_steps' not in 'RunConfig'"),
+    (["run.total_env_steps=lots"], "Value 'lots' of type 'str' could not be converted to Integer"),
+    (["run.total_env_steps=-5"], "run.total_env_steps: must be positive"),
+    (["env.envs_per_sampler=0"], "env.envs_per_sampler: must be positive"),
+    (["run.max_restarts=-1"], "run.max_restarts: must be zero or positive"),
+    (["algo=impala", "algo.replay=[{type: queue, ratio: 0.5}, {type: uniform, ratio: 0.25}]"],
+     "algo.replay: the ratios sum to 0.75; they must sum to 1"),
+    (["logger=nosuch"], "Could not find 'logger/nosuch'"),
 ])
 def test_bad_input_is_a_clear_error_not_a_traceback(args, message):
     proc = run_cli(*args, "hydra.run.dir=/tmp/walle_ray_bad_input", check=False, timeout=120)
@@ -103,3 +112,18 @@ def test_signal_writes_checkpoint_and_metrics_then_exits(tmp_path, sig):
     from walle_ray.runtime.checkpoint import load_checkpoint
 
     assert load_checkpoint(run_dir)["counters"]["env_steps"] == last["env_steps"]
+    if sig == signal.SIGTERM:  # and the run goes on from there
+        more = last["env_steps"] + 512
+        out = run_cli(f"run.resume={run_dir}", f"run.total_env_steps={more}").stdout
+        assert f"resumed at {last['env_steps']} env steps" in out
+        assert metrics(run_dir)[-1]["env_steps"] >= more
+
+
+def test_resuming_with_another_env_or_network_shape_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    run_cli("topology=local", "run.total_env_steps=512", f"hydra.run.dir={run_dir}", *TINY)
+    for change, message in ((["env.id=Acrobot-v1"], "was trained on env 'CartPole-v1', not 'Acrobot-v1'"),
+                            (["model.hidden=[32]"], "does not fit this model")):
+        proc = run_cli(f"run.resume={run_dir}", *change, check=False, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert message in proc.stderr and "Traceback" not in proc.stderr

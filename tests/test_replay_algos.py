@@ -1,6 +1,8 @@
 """Replay-based algorithms end to end: a priority round trip through a Ray memory actor,
 and DQN, TD3 and Ape-X through the real command line."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -42,7 +44,8 @@ def test_priorities_round_trip_through_a_ray_memory_actor(ray_session):
 def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
     out = run_cli("algo=apex", "env=cartpole", "topology=2a2m1l", "algo.learning_starts=200",
                   "algo.capacity=2000", "algo.batch_size=32", "run.total_env_steps=4000",
-                  "logger.progress=line", f"hydra.run.dir={tmp_path}").stdout
+                  "memory.checkpoint=true", "logger.progress=line",
+                  f"hydra.run.dir={tmp_path}").stdout
     last = records(tmp_path)[-1]
     assert "stopped (budget)" in out and last["env_steps"] >= 4000
     assert last["updates"] > 0 and last["dropped_fragments"] == 0
@@ -52,6 +55,12 @@ def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
     ev = run_cli("mode=eval", f"run.checkpoint={tmp_path}/checkpoints/last.pt", "eval.episodes=2",
                  f"hydra.run.dir={tmp_path}/eval").stdout
     assert "eval CartPole-v1: 2 episodes" in ev
+    # The shards were snapshotted with the checkpoint; a resumed run starts with them full.
+    held = sum(last[f"memory/{k}/size"] for k in (0, 1))  # samplers may add a little after it
+    out = run_cli(f"run.resume={tmp_path}", "run.total_env_steps=5000").stdout
+    restored = re.search(r"replay restored: (\d+) transitions in 2 shard\(s\)", out)
+    assert restored and held <= int(restored.group(1)) <= 4000, out
+    assert records(tmp_path)[-1]["env_steps"] >= 5000
 
 
 @pytest.mark.slow

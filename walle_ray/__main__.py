@@ -27,7 +27,8 @@ def _task(cfg: DictConfig) -> None:
         if cfg.mode == "eval":
             evaluate(cfg)
             return
-        result = train(cfg, Path(HydraConfig.get().runtime.output_dir))
+        hydra_cfg = HydraConfig.get()
+        result = train(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -107,6 +107,13 @@ class LoggerConfig:
 
 
 @dataclass
+class MemoryConfig:
+    """What happens to the memories' contents across checkpoints."""
+
+    checkpoint: bool = False  # snapshot replay shards into each checkpoint; restored on resume
+
+
+@dataclass
 class EvalConfig:
     """Greedy evaluation: mode=eval from a checkpoint, or periodically during training."""
 
@@ -129,6 +136,7 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     mode: str = "train"  # train | eval
 
 
@@ -187,6 +195,9 @@ def validate(cfg: DictConfig) -> None:
         _require(value is None or value > 0, f"topology.{key}", "must be positive (or null)")
     parse_topology(cfg.topology.spec)
     algo = algorithm_for(cfg.algo)
+    _require(not cfg.memory.checkpoint or algo.replay, "memory.checkpoint",
+             f"{cfg.algo.name}'s memories hold on-policy fragments that are used once; only "
+             "replay shards (dqn, apex, ddpg, td3, apex_ddpg) are snapshotted")
     algo.validate(cfg)
 
 

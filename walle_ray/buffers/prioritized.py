@@ -141,6 +141,32 @@ class PrioritizedReplay:
                 "mean_priority": float(self.priority[:size].mean()) if in_use else 0.0,
                 "max_priority": self.max_priority, "beta": self.beta}
 
+    def state_dict(self) -> dict:
+        """The filled slots (rows, insert ids, priorities) and the counters: enough to go on
+        sampling, rate-limiting and annealing as before (``memory.checkpoint=true``)."""
+        size = len(self)
+        return {"storage": {name: array[:size].copy() for name, array in self.storage.items()},
+                "ids": self.ids[:size].copy(), "priority": self.priority[:size].copy(),
+                "max_priority": self.max_priority, "inserted": self.inserted,
+                "sampled": self.sampled, "batches": self.batches,
+                "priority_updates": self.priority_updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        size = len(state["ids"])
+        if size > self.capacity:
+            raise ValueError(f"the snapshot holds {size} transitions; this shard has room for "
+                             f"{self.capacity} (algo.capacity)")
+        self.storage = {name: np.zeros((self.capacity, *array.shape[1:]), array.dtype)
+                        for name, array in state["storage"].items()}
+        for name, array in state["storage"].items():
+            self.storage[name][:size] = array
+        self.ids[:] = -1
+        self.ids[:size] = state["ids"]
+        self.inserted, self.sampled = int(state["inserted"]), int(state["sampled"])
+        self.batches, self.priority_updates = int(state["batches"]), int(state["priority_updates"])
+        self._set_priorities(np.arange(size), np.asarray(state["priority"], np.float64))
+        self.max_priority = float(state["max_priority"])
+
     def _set_priorities(self, slots: np.ndarray, priority: np.ndarray) -> None:
         """Store |priority| per slot (NaN: the largest seen so far); the trees get p ** alpha."""
         slots, priority = last_wins(slots, np.abs(np.asarray(priority, np.float64)))

@@ -35,7 +35,11 @@ def rewrite_args(args: list[str], conf_dir: Path) -> list[str]:
 
 
 def _resume_args(run_dir: Path, args: list[str]) -> list[str]:
-    stored = run_dir / ".hydra" / "overrides.yaml"
+    # Written by a run that passed its checks (Hydra's own copy is rewritten by every
+    # attempt, refused ones included); older runs have only Hydra's.
+    stored = run_dir / "overrides.yaml"
+    if not stored.is_file():
+        stored = run_dir / ".hydra" / "overrides.yaml"
     if not run_dir.is_dir():
         raise ConfigError(f"run.resume: {run_dir} is not a run directory")
     previous = yaml.safe_load(stored.read_text()) if stored.is_file() else []

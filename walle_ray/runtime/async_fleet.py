@@ -78,6 +78,13 @@ class AsyncLocalFleet(LocalRoles):
     def memory_stats(self) -> list[dict]:
         return [m.stats() for m in self.memories]
 
+    def memory_states(self) -> list[dict]:
+        return [m.state_dict() for m in self.memories]
+
+    def load_memory_states(self, states: list[dict]) -> None:
+        for memory, state in zip(self.memories, states, strict=True):
+            memory.load_state_dict(state)
+
 
 class AsyncRayFleet(RayRoles):
     """Named Ray actors; samplers restart when they die, learners fail the run clearly."""
@@ -154,3 +161,11 @@ class AsyncRayFleet(RayRoles):
 
     def memory_stats(self) -> list[dict]:
         return self._get([m.stats.remote() for m in self.memories], "memories")
+
+    def memory_states(self) -> list[dict]:
+        return self._get([m.state_dict.remote() for m in self.memories], "memories (snapshot)")
+
+    def load_memory_states(self, states: list[dict]) -> None:
+        self._get([m.load_state_dict.remote(state) for m, state in zip(self.memories, states,
+                                                                       strict=True)],
+                  "memories (restoring the snapshot)")

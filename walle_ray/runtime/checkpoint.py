@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import walle_ray
@@ -66,3 +67,25 @@ def latest_checkpoint(run_dir: Path) -> Path:
 def first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else "no detail"
+
+
+def arrays_to_tensors(obj):
+    """numpy arrays inside dicts and lists as tensors, which ``weights_only`` loading accepts."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, dict):
+        return {k: arrays_to_tensors(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [arrays_to_tensors(v) for v in obj]
+    return obj
+
+
+def tensors_to_arrays(obj):
+    """The inverse of ``arrays_to_tensors``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numpy()
+    if isinstance(obj, dict):
+        return {k: tensors_to_arrays(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [tensors_to_arrays(v) for v in obj]
+    return obj

@@ -52,3 +52,12 @@ class AsyncMemoryWorker:
 
     async def stats(self) -> dict:
         return self.memory.stats()
+
+    async def state_dict(self) -> dict:
+        return self.memory.state_dict()
+
+    async def load_state_dict(self, state: dict) -> None:
+        cond = self._condition()
+        async with cond:
+            self.memory.load_state_dict(state)
+            cond.notify_all()

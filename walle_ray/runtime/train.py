@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from ray.exceptions import RayError
 
@@ -16,8 +17,8 @@ from walle_ray.algos import algorithm_for
 from walle_ray.config import ConfigError, to_container, validate
 from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
-from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
-                                          save_checkpoint)
+from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
+                                          load_checkpoint, save_checkpoint, tensors_to_arrays)
 from walle_ray.runtime.fleet import RoleDied, RoleError
 from walle_ray.runtime.signals import StopSignals
 from walle_ray.runtime.async_loop import run_async
@@ -65,6 +66,19 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     return fleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
 
 
+def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
+    """Refill the replay shards from the checkpoint's snapshot (``memory.checkpoint=true``)."""
+    if not cfg.memory.checkpoint or "memories" not in ckpt:
+        return
+    states = tensors_to_arrays(ckpt["memories"])
+    if len(states) != len(fleet.memories):
+        raise CheckpointError(f"the checkpoint holds {len(states)} replay shards; this topology "
+                              f"has {len(fleet.memories)} memories")
+    fleet.load_memory_states(states)
+    held = sum(len(state["ids"]) for state in states)
+    print(f"walle_ray: replay restored: {held} transitions in {len(states)} shard(s)", flush=True)
+
+
 def make_sinks(cfg: DictConfig, run_dir: Path, fleet: Callable, resumed: bool) -> Sinks:
     """metrics.jsonl always; W&B with logger=wandb; Ray gauges when running on Ray;
     greedy evaluation every ``eval.every_env_steps`` adds ``eval/return`` to the records."""
@@ -109,8 +123,12 @@ class PeriodicEval:
         return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
 
 
-def train(cfg: DictConfig, run_dir: Path) -> RunResult:
-    """Train until a budget runs out or a signal arrives; always leave a checkpoint behind."""
+def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> RunResult:
+    """Train until a budget runs out or a signal arrives; always leave a checkpoint behind.
+
+    ``overrides`` (the command line's) are kept in ``overrides.yaml`` once the run has passed
+    its checks, for ``run.resume`` to start from; a refused attempt leaves them as they were.
+    """
     validate(cfg)
     topo = parse_topology(cfg.topology.spec)
     algo = algorithm_for(cfg.algo)
@@ -122,7 +140,6 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
     if cfg.run.resume:
         ckpt = load_checkpoint(Path(cfg.run.resume))
         _check_resume(cfg, ckpt, cfg.run.resume)
-    OmegaConf.save(cfg, run_dir / "config.yaml")
     torch.manual_seed(cfg.run.seed)
 
     counters = dict(ckpt["counters"]) if ckpt else {
@@ -138,21 +155,27 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
             except (RuntimeError, KeyError, ValueError) as exc:
                 raise CheckpointError(f"checkpoint {cfg.run.resume} does not fit this model "
                                       f"({first_line(exc)})") from None
+            restore_memories(cfg, fleet, ckpt)
             print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
                   f"iteration {counters['iterations']}", flush=True)
         metrics = make_sinks(cfg, run_dir, lambda: fleet, resumed=ckpt is not None)
     except BaseException:
         fleet.shutdown()
         raise
+    OmegaConf.save(cfg, run_dir / "config.yaml")  # only once the run has passed its checks
+    if overrides is not None:
+        (run_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
     window = ReturnWindow(cfg.run.return_window, counters.get("recent_returns"))
     progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
     state = {"counters": counters, "last_saved_iteration": counters["iterations"]}
 
     def checkpoint() -> None:
         counters["recent_returns"] = list(window.returns)
-        save_checkpoint(run_dir / "checkpoints" / "last.pt",
-                        {"learner": fleet.learner_state(), "counters": counters,
-                         "config": to_container(cfg)})
+        payload = {"learner": fleet.learner_state(), "counters": counters,
+                   "config": to_container(cfg)}
+        if cfg.memory.checkpoint:
+            payload["memories"] = arrays_to_tensors(fleet.memory_states())
+        save_checkpoint(run_dir / "checkpoints" / "last.pt", payload)
         state["last_saved_iteration"] = counters["iterations"]
 
     def rebuild(failure: RoleDied) -> None:
@@ -169,7 +192,9 @@ def train(cfg: DictConfig, run_dir: Path) -> RunResult:
         fleet.faults["role_restarts"] = counters["restarts"]
         last = run_dir / "checkpoints" / "last.pt"
         if last.is_file():
-            fleet.load_learner_state(load_checkpoint(last)["learner"])
+            saved = load_checkpoint(last)
+            fleet.load_learner_state(saved["learner"])
+            restore_memories(cfg, fleet, saved)
 
     stopped_by = "error"
     started = time.perf_counter()
