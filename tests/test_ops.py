@@ -132,7 +132,9 @@ def _ray_cli(*args: str, env: dict, timeout: float = 120) -> subprocess.Complete
 def ray_cluster():
     """A real one-node cluster on loopback (``ray start --head --block``) in its own process
     group, so stopping it leaves any other Ray instance on the machine alone."""
-    ports = {"port": _free_port(), "dashboard": _free_port(), "metrics": _free_port()}
+    # Every port given, so a Ray instance the test session already runs keeps its defaults.
+    ports = {name: _free_port() for name in ("port", "dashboard", "metrics", "agent_http",
+                                             "agent_grpc", "runtime_env_agent", "client")}
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
            "RAY_metrics_report_interval_ms": "1000", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
@@ -141,7 +143,11 @@ def ray_cluster():
         [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
          "--num-cpus=2", "--node-ip-address=127.0.0.1", f"--port={ports['port']}",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['dashboard']}",
-         f"--metrics-export-port={ports['metrics']}", f"--temp-dir={temp_dir}"],
+         f"--metrics-export-port={ports['metrics']}",
+         f"--dashboard-agent-listen-port={ports['agent_http']}",
+         f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+         f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+         f"--ray-client-server-port={ports['client']}", f"--temp-dir={temp_dir}"],
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
     try:
