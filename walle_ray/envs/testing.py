@@ -115,11 +115,12 @@ class FaultyEnv(gym.Wrapper):
         super().__init__(gym.make(base_id, **kwargs))
         self.faults = {(int(i), int(step)) for i, step in faults}
         self.how = how
+        self.index = _sampler_index()  # built inside its sampler's process
 
     def step(self, action):
         global _steps_in_process
         _steps_in_process += 1
-        index = _sampler_index()
+        index = self.index
         key = (-1 if index is None else index, _steps_in_process)
         if key in self.faults or (index is None and any(step == key[1] for _, step in self.faults)):
             if self._first_time(key):

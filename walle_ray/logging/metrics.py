@@ -68,13 +68,16 @@ class Sinks:
             sink.write(record)
 
     def close(self, exit_code: int = 0) -> None:
-        """Close every sink, even when one fails (the metrics file is closed first)."""
+        """Close every sink, then the hooks that hold resources (the evaluation env), even
+        when one fails (the metrics file is closed first)."""
         errors = []
-        for sink in self.sinks:
+        closers = [(sink, lambda s=sink: s.close(exit_code)) for sink in self.sinks]
+        closers += [(hook, hook.close) for hook in self.hooks if hasattr(hook, "close")]
+        for owner, close in closers:
             try:
-                sink.close(exit_code)
+                close()
             except Exception as exc:  # a W&B upload failing must not hide the run's own end
-                errors.append(f"{type(sink).__name__}: {exc}")
+                errors.append(f"{type(owner).__name__}: {exc}")
         for error in errors:
             print(f"walle_ray: warning: closing {error}", file=sys.stderr, flush=True)
 

@@ -105,7 +105,6 @@ class AsyncRayFleet(RayRoles):
                    for j, lr in enumerate(self.learners)], "learners (attaching memories)")
         self.pending: dict = {}  # ObjectRef -> ("sampler" | "learner", index)
         self.restarting: dict[int, float] = {}  # sampler index -> when to call it again
-        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
 
     def _run_sampler(self, i: int) -> None:
         self.pending[self.samplers[i].run.remote(self.cfg.algo.fragments_per_call)] = ("sampler", i)

@@ -43,11 +43,11 @@ class _Interval:
 
 
 def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress, signals,
-              checkpoint, started: float | None = None) -> str:
+              checkpoint, start: tuple[float, int] | None = None) -> str:
     """Poll the fleet until a stop condition; write a record every ``run.report_every_s``."""
     last = time.perf_counter()
-    started = started or last  # a restarted loop keeps the run's wall budget
-    steps_at_start = counters["env_steps"]
+    # A loop restarted after a rebuild keeps the run's start: its wall budget and rates.
+    started, steps_at_start = start or (last, counters["env_steps"])
     counters.setdefault("env_steps_consumed", 0)
     counters.setdefault("updates", 0)
     counters.setdefault("dropped_fragments", 0)

@@ -17,6 +17,7 @@ from walle_ray.actors.replay_sampler import ReplaySampler
 from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
+from walle_ray.runtime.checkpoint import first_line
 from walle_ray.topology import ResourcePlan, Topology
 
 
@@ -39,22 +40,18 @@ class RoleDied(RoleFailed):
 
 def role_failed(role: str, exc: BaseException) -> RoleFailed:
     """A RoleFailed naming the role and the error raised inside it (not Ray's wrapper)."""
+    import ray
+
     cause = getattr(exc, "cause", None) or exc
-    if isinstance(cause, ray_actor_error()):  # a role it was talking to died
+    if isinstance(cause, ray.exceptions.RayActorError):  # a role it was talking to died
         return RoleDied(f"{role} lost a role it was using: {type(cause).__name__}: "
                         f"{first_line(cause)}")
     return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
 
 
-def ray_actor_error() -> type:
-    import ray
-
-    return ray.exceptions.RayActorError
-
-
-def first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+def new_faults() -> dict:
+    """The fault counters every fleet reports as ``faults/<key>``."""
+    return {"sampler_restarts": 0, "lost_fragments": 0}
 
 
 def count_faults(faults: dict, stats: dict) -> None:
@@ -108,7 +105,7 @@ class LocalRoles:
         self.topo = topo
         self.samplers = [RestartingSampler(cls, args) for cls, args in
                          (sampler_spec(cfg, topo, i) for i in range(topo.samplers))]
-        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
+        self.faults = new_faults()
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
 
@@ -175,6 +172,7 @@ class RayRoles:
                    if topo.param_servers else None)
         self.memories: list = []
         self.samplers: list = []
+        self.faults = new_faults()
 
     def make_sampler(self, i: int, **options):
         """Sampler actor i, pulling weights from the parameter server (or learner 0)."""
@@ -237,7 +235,6 @@ class RayFleet(RayRoles):
             for k in range(topo.memories)]
         self.samplers = [self.make_sampler(i, max_restarts=-1, max_task_retries=0)
                          for i in range(topo.samplers)]
-        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
 
     def publish(self) -> None:
         self.version = self._get(self.learners[0].publish.remote(self.ps),

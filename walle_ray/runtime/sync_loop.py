@@ -20,11 +20,11 @@ def stop_reason(cfg: DictConfig, counters: dict, window, started: float, signals
 
 
 def run_sync(cfg: DictConfig, fleet, counters: dict, window, metrics, progress, signals,
-             checkpoint, started: float | None = None) -> str:
+             checkpoint, start: tuple[float, int] | None = None) -> str:
     """Iterate until a stop condition; returns its name. Each iteration records collection
     and learning time separately (WALL-E's timing breakdown)."""
-    started = started or time.perf_counter()  # a restarted loop keeps the run's wall budget
-    steps_at_start = counters["env_steps"]
+    # A loop restarted after a rebuild keeps the run's start: its wall budget and rates.
+    started, steps_at_start = start or (time.perf_counter(), counters["env_steps"])
     fleet.publish()
     while (reason := stop_reason(cfg, counters, window, started, signals)) is None:
         t0 = time.perf_counter()

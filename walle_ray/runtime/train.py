@@ -79,7 +79,8 @@ def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
     print(f"walle_ray: replay restored: {held} transitions in {len(states)} shard(s)", flush=True)
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path, fleet: Callable, resumed: bool) -> Sinks:
+def make_sinks(cfg: DictConfig, run_dir: Path, fleet: Callable, resumed: bool,
+               on_ray: bool) -> Sinks:
     """metrics.jsonl always; W&B with logger=wandb; Ray gauges when running on Ray;
     greedy evaluation every ``eval.every_env_steps`` adds ``eval/return`` to the records."""
     sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
@@ -88,7 +89,7 @@ def make_sinks(cfg: DictConfig, run_dir: Path, fleet: Callable, resumed: bool) -
             from walle_ray.logging.wandb_sink import WandbSink
 
             sinks.append(WandbSink(cfg, run_dir, resumed))
-        if cfg.logger.ray_metrics and not parse_topology(cfg.topology.spec).local:
+        if cfg.logger.ray_metrics and on_ray:
             from walle_ray.logging.ray_metrics import RayMetrics
 
             sinks.append(RayMetrics(run_dir.name, cfg.algo.name, cfg.env.name))
@@ -121,6 +122,9 @@ class PeriodicEval:
         weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
         result = self.evaluator.run(weights, int(state["version"]), self.cfg.eval.episodes)
         return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
+
+    def close(self) -> None:
+        self.evaluator.close()
 
 
 def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> RunResult:
@@ -158,7 +162,8 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
             restore_memories(cfg, fleet, ckpt)
             print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
                   f"iteration {counters['iterations']}", flush=True)
-        metrics = make_sinks(cfg, run_dir, lambda: fleet, resumed=ckpt is not None)
+        metrics = make_sinks(cfg, run_dir, lambda: fleet, resumed=ckpt is not None,
+                             on_ray=not topo.local)
     except BaseException:
         fleet.shutdown()
         raise
@@ -197,14 +202,14 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
             restore_memories(cfg, fleet, saved)
 
     stopped_by = "error"
-    started = time.perf_counter()
+    start = (time.perf_counter(), counters["env_steps"])
     with StopSignals() as signals:
         try:
             loop = {"sync": run_sync, "async": run_async}[algo.loop]
             while True:
                 try:
                     stopped_by = loop(cfg, fleet, counters, window, metrics, progress, signals,
-                                      checkpoint, started)
+                                      checkpoint, start)
                     break
                 except RoleDied as failure:
                     if counters.get("restarts", 0) >= cfg.run.max_restarts:
