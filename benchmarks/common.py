@@ -52,3 +52,39 @@ def run_cli(args: list[str], run_dir: Path, timeout_s: float) -> tuple[list[dict
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, timeout=timeout_s)
     return read_metrics(run_dir / "metrics.jsonl"), time.perf_counter() - t0
+
+
+def learning_run(name: str, overrides: list[str], target: float, minutes: float,
+                 title: str) -> dict:
+    """Train until the mean of the last 20 episodes reaches ``target`` or ``minutes`` pass;
+    writes benchmarks/results/<name>.json (the curve, minutes and agent steps to the target
+    or the best return reached) and <name>.png (return over wall-clock minutes)."""
+    import shutil
+
+    run_dir = ROOT / "runs" / f"bench_{name}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    overrides = [*overrides, f"run.max_wall_s={minutes * 60}", f"run.stop_at_return={target}",
+                 "run.report_every_s=15"]
+    records, wall = run_cli(overrides, run_dir, timeout_s=minutes * 60 + 600)
+    reached = next((r for r in records if r["return"] is not None and r["return"] >= target), None)
+    best = max((r["return"] for r in records if r["return"] is not None), default=None)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "walle_ray.plot", str(run_dir), "--x", "wall_s",
+                    "--title", title, "-o", str(RESULTS / f"{name}.png")], cwd=ROOT, check=True)
+    last = records[-1]
+    result = {
+        "command": "python -m walle_ray " + " ".join(overrides),
+        "target": {"return": target, "minutes": minutes},
+        "reached_target": reached is not None,
+        "minutes_to_target": reached["wall_s"] / 60 if reached else None,
+        "agent_steps_to_target": reached["env_steps"] if reached else None,
+        "best_return": best, "final_return": last["return"],
+        "agent_steps": last["env_steps"], "wall_s_training": last["wall_s"],
+        "wall_s_total_process": wall, "updates": last["updates"],
+        "agent_steps_per_s": last["env_steps"] / last["wall_s"],
+        "curve": [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "return": r["return"]}
+                  for r in records],
+        "met_target": reached is not None and reached["wall_s"] <= minutes * 60,
+    }
+    write_result(name, result)
+    return result

@@ -4,7 +4,9 @@
                                            [--fleet-capacity 20000] [--dry-run]
 
 Pong-sized transitions: uint8 ``obs`` and ``next_obs`` [4, 84, 84] and int64 actions, about
-56 KB each; samplers' fragments of 256 transitions, learner batches of 512.
+56 KB each as stacks; samplers' fragments of 256 transitions (8 envs x 32 steps of 3-step
+transitions over each env's stream of random frames, so stacks overlap as a real env's do;
+the shard holds each distinct frame once), learner batches of 512.
 
   local   one prioritized shard in this process: inserts/s filling it to capacity, then
           batches/s of ``sample`` + ``update_priorities`` with one fragment put per batch;
@@ -43,6 +45,7 @@ OBS_SHAPE = (4, 84, 84)
 FRAGMENT = 256
 BATCH = 512
 DISTINCT_FRAGMENTS = 8
+ENVS, N_STEP = 8, 3  # a fragment: ENVS envs x FRAGMENT // ENVS steps
 IN_FLIGHT = 2
 FLEET_SHARDS = 8
 FLEET_PREFILL = 4096  # transitions per fleet shard before it is read
@@ -53,17 +56,21 @@ RemoteShard = ray.remote(PrioritizedReplay)
 
 
 def make_fragments(rng: np.random.Generator) -> list[Transitions]:
-    """Distinct fragments of random frames; a tenth of the rows come without a priority."""
+    """Distinct fragments of random frames, in the order a sampler emits them (step-major
+    over its envs); a tenth of the rows come without a priority."""
     fragments = []
+    steps, stack = FRAGMENT // ENVS, OBS_SHAPE[0]
     for _ in range(DISTINCT_FRAGMENTS):
+        frames = rng.integers(0, 256, (ENVS, steps + N_STEP + stack - 1, *OBS_SHAPE[1:]), np.uint8)
+        obs = np.stack([frames[:, t:t + stack] for t in range(steps)], 1).reshape(-1, *OBS_SHAPE)
+        next_obs = np.stack([frames[:, t + N_STEP:t + N_STEP + stack] for t in range(steps)],
+                            1).reshape(-1, *OBS_SHAPE)
         priority = rng.exponential(size=FRAGMENT).astype(np.float32)
         priority[rng.random(FRAGMENT) < 0.1] = np.nan
         fragments.append(Transitions(
-            obs=rng.integers(0, 256, (FRAGMENT, *OBS_SHAPE), np.uint8),
-            action=rng.integers(0, 6, FRAGMENT),
+            obs=obs, action=rng.integers(0, 6, FRAGMENT),
             reward=rng.normal(size=FRAGMENT).astype(np.float32),
-            discount=np.full(FRAGMENT, 0.99 ** 3, np.float32),
-            next_obs=rng.integers(0, 256, (FRAGMENT, *OBS_SHAPE), np.uint8),
+            discount=np.full(FRAGMENT, 0.99 ** 3, np.float32), next_obs=next_obs,
             priority=priority, version_b=np.zeros(FRAGMENT, np.int64)))
     return fragments
 
@@ -77,8 +84,11 @@ def measure_local(fragments: list[Transitions], capacity: int, seconds: float, s
     rng = np.random.default_rng(seed)
     shard = PrioritizedReplay(capacity, BATCH, learning_starts=BATCH, seed=seed)
     t0 = time.perf_counter()
+    held = None  # observation bytes per transition once every distinct fragment is in
     while shard.inserted < capacity:
         shard.put(fragments[(shard.inserted // FRAGMENT) % DISTINCT_FRAGMENTS])
+        if held is None and shard.inserted >= DISTINCT_FRAGMENTS * FRAGMENT:
+            held = shard.stats()["obs_bytes"] / len(shard)
     inserts_per_s = shard.inserted / (time.perf_counter() - t0)
 
     batches, put_before = 0, shard.inserted
@@ -89,6 +99,8 @@ def measure_local(fragments: list[Transitions], capacity: int, seconds: float, s
         shard.update_priorities(batch.index, td_errors(rng))
         batches += 1
     return {"capacity": capacity, "inserts_per_s": inserts_per_s,
+            "obs_bytes_per_transition": held,
+            "obs_bytes_per_transition_as_stacks": 2 * int(np.prod(OBS_SHAPE)),
             "batches_per_s_with_puts": batches / elapsed,
             "inserts_per_s_while_sampling": (shard.inserted - put_before) / elapsed,
             "stats": shard.stats()}

@@ -34,6 +34,17 @@ def test_async_cli_runs_through_memories_to_two_learners(tmp_path):
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
 
 
+def test_async_run_without_a_parameter_server_gets_weights_from_the_training_learner(tmp_path):
+    # Learner 0 serves the weights (0p) on a thread of its own while it trains; the samplers
+    # once waited for each long train call to end, and the run crawled.
+    out = run_cli(*COUNTING, "topology=2a1m1l0p", "run.total_env_steps=3000", "run.max_wall_s=60",
+                  f"hydra.run.dir={tmp_path}").stdout
+    assert "stopped (budget)" in out
+    recs = records(tmp_path)
+    assert recs[-1]["updates"] > 0
+    assert max(r["policy_lag_max"] for r in recs) < 40  # the samplers kept getting new weights
+
+
 def test_killed_sampler_is_restarted_and_the_run_goes_on(ray_session):
     ray = ray_session
     cfg = make_cfg("algo=impala", "algo.batch_size=8", "algo.updates_per_call=2")

@@ -63,6 +63,23 @@ def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
     assert records(tmp_path)[-1]["env_steps"] >= 5000
 
 
+def test_apex_on_pong_keeps_frames_once_through_a_checkpoint(tmp_path):
+    pong = ["algo=apex", "env=pong", "topology=1a1m1l", "env.envs_per_sampler=2",
+            "algo.fragment_length=16", "algo.learning_starts=64", "algo.capacity=1024",
+            "algo.batch_size=16", "memory.checkpoint=true", "logger.progress=line",
+            "run.report_every_s=2"]
+    out = run_cli(*pong, "run.total_env_steps=1200", f"hydra.run.dir={tmp_path}").stdout
+    last = records(tmp_path)[-1]
+    assert "stopped (budget)" in out and last["updates"] > 0
+    held, frames = last["memory/0/size"], last["memory/0/frames"]
+    # Two envs' streams: about one new frame per transition, not the 8 of two 4-frame stacks.
+    assert 0 < frames <= 1.5 * held
+    assert last["memory/0/obs_bytes"] < 2 * held * 4 * 42 * 42 / 4
+    out = run_cli(f"run.resume={tmp_path}", "run.total_env_steps=1600").stdout
+    assert re.search(r"replay restored: \d+ transitions in 1 shard\(s\)", out), out
+    assert records(tmp_path)[-1]["env_steps"] >= 1600
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo,env,target", [("dqn", "cartpole", 475), ("td3", "pendulum", -200)])
 def test_learns_to_the_target_return(tmp_path, algo, env, target):

@@ -86,6 +86,7 @@ class ModelConfig:
     activation: str = "tanh"  # tanh | relu
     log_std_init: float = 0.0  # initial log-std of a Gaussian policy
     ortho_init: bool = True  # orthogonal init with small policy-head gain
+    bf16: bool = False  # image torso under bfloat16 autocast: ~2x on CPUs with AMX/AVX-512 BF16
 
 
 @dataclass

@@ -10,18 +10,22 @@ class ParameterServer:
 
     Under Ray the weights object is a one-element list holding an ObjectRef, so the weights
     are stored once in the object store and never copied through this actor.
+    The pair is replaced as one tuple, so a reader on another thread (a learner serving
+    weights while it trains, ``...0p``) never sees a version with another version's weights.
     """
 
     def __init__(self) -> None:
-        self.version = -1
-        self.weights: Any = None
+        self.current: tuple[int, Any] = (-1, None)
+
+    @property
+    def version(self) -> int:
+        return self.current[0]
 
     def publish(self, version: int, weights: Any) -> None:
-        if version > self.version:
-            self.version, self.weights = version, weights
+        if version > self.current[0]:
+            self.current = (version, weights)
 
     def latest(self, have_version: int = -1) -> tuple[int, Any] | None:
         """(version, weights) when newer than ``have_version``, else None."""
-        if self.version > have_version:
-            return self.version, self.weights
-        return None
+        current = self.current
+        return current if current[0] > have_version else None

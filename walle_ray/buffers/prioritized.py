@@ -12,10 +12,12 @@ from dataclasses import fields
 import numpy as np
 
 from walle_ray.batch import ReplayBatch, Transitions
+from walle_ray.buffers.frames import FrameStore, is_frame_stack
 from walle_ray.buffers.sum_tree import MinTree, SumTree, last_wins
 
 # Transitions fields held per slot; priorities live in the trees and ``priority``.
 STORED = tuple(f.name for f in fields(Transitions) if f.name != "priority")
+STACKS = ("obs", "next_obs")  # held as frame places [S] per slot when they are frame stacks
 
 
 class PrioritizedReplay:
@@ -52,6 +54,7 @@ class PrioritizedReplay:
         self.rng = np.random.default_rng(seed)
 
         self.storage: dict[str, np.ndarray] = {}  # field -> [capacity, ...], made at the first put
+        self.frames: FrameStore | None = None  # frame stacks' frames, when obs are frame stacks
         self.ids = np.full(capacity, -1, np.int64)  # insert id of the transition in each slot
         self.priority = np.zeros(capacity, np.float32)  # last |TD error| given to each slot
         self.sums = SumTree(capacity) if prioritized else None
@@ -93,15 +96,20 @@ class PrioritizedReplay:
         """Copy ``item``'s rows in, overwriting the oldest; only the last ``capacity`` fit."""
         item.check()
         if not self.storage:
-            self.storage = {name: np.zeros((self.capacity, *getattr(item, name).shape[1:]),
-                                           getattr(item, name).dtype) for name in STORED}
+            self._allocate(item)
         n = item.num_steps
         kept = min(n, self.capacity)
         first_id = self.inserted + n - kept
         ids = np.arange(first_id, first_id + kept, dtype=np.int64)
         slots = ids % self.capacity
+        rows = {name: getattr(item, name)[n - kept:] for name in STORED}
+        if self.frames is not None:
+            held = slots[self.ids[slots] >= 0]
+            for name in STACKS:
+                self.frames.release(self.storage[name][held])
+                rows[name] = self.frames.add(rows[name])
         for name, array in self.storage.items():
-            array[slots] = getattr(item, name)[n - kept:]
+            array[slots] = rows[name]
         self.ids[slots] = ids
         self._set_priorities(slots, item.priority[n - kept:])
         self.inserted += n
@@ -118,8 +126,12 @@ class PrioritizedReplay:
             weight = np.ones(self.batch_size, np.float32)
         self.sampled += self.batch_size
         self.batches += 1
-        return ReplayBatch(**{name: array[slots] for name, array in self.storage.items()},
-                           priority=self.priority[slots], weight=weight, index=self.ids[slots])
+        rows = {name: array[slots] for name, array in self.storage.items()}
+        if self.frames is not None:
+            for name in STACKS:
+                rows[name] = self.frames.get(rows[name])
+        return ReplayBatch(**rows, priority=self.priority[slots], weight=weight,
+                           index=self.ids[slots])
 
     def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
         """Set new |TD errors| by insert id; returns how many ids were still held (not stale)."""
@@ -139,13 +151,25 @@ class PrioritizedReplay:
                 "inserted": self.inserted, "sampled": self.sampled, "batches": self.batches,
                 "priority_updates": self.priority_updates,
                 "mean_priority": float(self.priority[:size].mean()) if in_use else 0.0,
-                "max_priority": self.max_priority, "beta": self.beta}
+                "max_priority": self.max_priority, "beta": self.beta,
+                "frames": len(self.frames) if self.frames is not None else 0,
+                "obs_bytes": self._obs_bytes()}
 
     def state_dict(self) -> dict:
         """The filled slots (rows, insert ids, priorities) and the counters: enough to go on
-        sampling, rate-limiting and annealing as before (``memory.checkpoint=true``)."""
+        sampling, rate-limiting and annealing as before (``memory.checkpoint=true``).
+        Frame stacks are saved as their distinct frames and each slot's indices into them."""
         size = len(self)
-        return {"storage": {name: array[:size].copy() for name, array in self.storage.items()},
+        storage = {name: array[:size].copy() for name, array in self.storage.items()}
+        state = {}
+        if self.frames is not None:
+            places = np.stack([storage[name] for name in STACKS])
+            used, inverse = np.unique(places.ravel(), return_inverse=True)
+            inverse = inverse.reshape(places.shape).astype(np.int32)
+            for i, name in enumerate(STACKS):
+                storage[name] = inverse[i]
+            state["frames"] = self.frames.get(used)
+        return {"storage": storage, **state,
                 "ids": self.ids[:size].copy(), "priority": self.priority[:size].copy(),
                 "max_priority": self.max_priority, "inserted": self.inserted,
                 "sampled": self.sampled, "batches": self.batches,
@@ -160,12 +184,36 @@ class PrioritizedReplay:
                         for name, array in state["storage"].items()}
         for name, array in state["storage"].items():
             self.storage[name][:size] = array
+        self.frames = None
+        if "frames" in state:  # slots index the saved frames; hold them in a fresh store
+            saved = np.asarray(state["frames"])
+            self.frames = FrameStore(saved.shape[1:], saved.dtype, max(self.capacity, len(saved)))
+            places = self.frames.add(saved[:, None])[:, 0]
+            for name in STACKS:
+                self.storage[name][:size] = places[self.storage[name][:size]]
+                np.add.at(self.frames.refs, self.storage[name][:size].ravel(), 1)
+            self.frames.release(places)  # only the slots' references remain
         self.ids[:] = -1
         self.ids[:size] = state["ids"]
         self.inserted, self.sampled = int(state["inserted"]), int(state["sampled"])
         self.batches, self.priority_updates = int(state["batches"]), int(state["priority_updates"])
         self._set_priorities(np.arange(size), np.asarray(state["priority"], np.float64))
         self.max_priority = float(state["max_priority"])
+
+    def _allocate(self, item: Transitions) -> None:
+        """Per-slot arrays shaped after the first item (frame stacks as frame places)."""
+        self.storage = {name: np.zeros((self.capacity, *getattr(item, name).shape[1:]),
+                                       getattr(item, name).dtype) for name in STORED}
+        if is_frame_stack(item.obs):
+            stack, *frame = item.obs.shape[1:]
+            self.frames = FrameStore(tuple(frame), item.obs.dtype, self.capacity)
+            for name in STACKS:
+                self.storage[name] = np.zeros((self.capacity, stack), np.int32)
+
+    def _obs_bytes(self) -> int:
+        """Bytes that observations take in this shard (frames and places, or the stacks)."""
+        obs = sum(self.storage[name].nbytes for name in STACKS if name in self.storage)
+        return obs + (self.frames.nbytes if self.frames is not None else 0)
 
     def _set_priorities(self, slots: np.ndarray, priority: np.ndarray) -> None:
         """Store |priority| per slot (NaN: the largest seen so far); the trees get p ** alpha."""

@@ -16,14 +16,14 @@ class QNetwork(nn.Module):
     """Q(s, .) for every action; dueling splits it into V(s) + A(s, a) - mean_a A(s, a)."""
 
     def __init__(self, obs_space: gym.Space, num_actions: int, hidden: list[int],
-                 activation: str = "relu", dueling: bool = True):
+                 activation: str = "relu", dueling: bool = True, bf16: bool = False):
         super().__init__()
         self.obs_shape = tuple(obs_space.shape)
         self.image = len(self.obs_shape) == 3
         self.dueling = dueling
         self.num_actions = num_actions
         if self.image:
-            self.torso = ConvTorso(self.obs_shape[0], self.obs_shape[-1], ortho=True)
+            self.torso = ConvTorso(self.obs_shape[0], self.obs_shape[-1], ortho=True, bf16=bf16)
             width = self.torso.out_dim
         else:
             sizes = [int(np.prod(self.obs_shape)), *hidden]
@@ -52,6 +52,7 @@ class QNetwork(nn.Module):
 
 
 def make_q_network(obs_space: gym.Space, action_space: gym.Space, cfg) -> QNetwork:
-    """The DQN family's network from ``cfg.algo`` (hidden, activation, dueling)."""
+    """The DQN family's network from ``cfg.algo`` (hidden, activation, dueling) and
+    ``cfg.model.bf16``."""
     return QNetwork(obs_space, int(action_space.n), list(cfg.algo.hidden), cfg.algo.activation,
-                    cfg.algo.dueling)
+                    cfg.algo.dueling, bool(cfg.model.bf16))

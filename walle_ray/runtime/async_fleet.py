@@ -98,7 +98,7 @@ class AsyncRayFleet(RayRoles):
             self.memories.append(self.remote.RemoteAsyncMemory.options(
                 name=f"walle/memory-{k}", num_cpus=plan.memory_cpus).remote(cls, *args, **kwargs))
         self.samplers = [self.make_sampler(i, max_restarts=-1, max_task_retries=0,
-                                           memory=self.memories[topo.memory_of_sampler(i)])
+                                           memory=f"walle/memory-{topo.memory_of_sampler(i)}")
                          for i in range(topo.samplers)]
         self._get([lr.attach.remote([self.memories[k] for k in topo.memories_of_learner(j)],
                                     self.ps, j == 0, cfg.algo.prefetch, cfg.algo.publish_every)

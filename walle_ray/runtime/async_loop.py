@@ -87,7 +87,7 @@ def run_async(cfg: DictConfig, fleet, counters: dict, window, metrics, progress,
 
 
 # Replay-shard stats worth a metric each; counters among them also give a rate.
-_SHARD_KEYS = ("size", "fill", "mean_priority", "beta")
+_SHARD_KEYS = ("size", "fill", "mean_priority", "beta", "frames", "obs_bytes")
 _SHARD_RATES = {"inserted": "inserts_per_s", "sampled": "samples_per_s"}
 
 

@@ -174,13 +174,16 @@ class RayRoles:
         self.samplers: list = []
         self.faults = new_faults()
 
-    def make_sampler(self, i: int, **options):
-        """Sampler actor i, pulling weights from the parameter server (or learner 0)."""
-        memory = options.pop("memory", None)
+    def make_sampler(self, i: int, memory: str | None = None, **options):
+        """Sampler actor i, pulling weights from the parameter server (or learner 0), and
+        pushing into the memory actor named ``memory`` if given. Roles are passed by name:
+        an actor handle among the constructor arguments would tie Ray's restart of the
+        sampler to that handle's lifetime (ray-project/ray#53727)."""
         cls, args = sampler_spec(self.cfg, self.topo, i)
+        source = "walle/ps" if self.ps is not None else "walle/learner-0"
         return self.remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus, **options).remote(
-            self.ps or self.learners[0], *args, memory=memory, sampler_cls=cls)
+            source, *args, memory=memory, sampler_cls=cls)
 
     def _get(self, refs, role: str, restartable: bool = False):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its

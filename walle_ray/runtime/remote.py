@@ -21,6 +21,11 @@ from walle_ray.runtime.memory_worker import AsyncMemoryWorker
 from walle_ray.learners import Learner
 
 
+def _actor(handle_or_name):
+    """An actor handle, looked up in this job's namespace when given by name."""
+    return ray.get_actor(handle_or_name) if isinstance(handle_or_name, str) else handle_or_name
+
+
 class SamplerWorker:
     """A Sampler that pulls newer weights from the parameter server before each fragment.
 
@@ -30,8 +35,9 @@ class SamplerWorker:
 
     def __init__(self, weights_source, *sampler_args, memory=None, sampler_cls: type = Sampler,
                  **sampler_kwargs):
-        self.source = weights_source
-        self.memory = memory
+        """``weights_source`` and ``memory`` are actor handles or names of actors."""
+        self.source = _actor(weights_source)
+        self.memory = _actor(memory)
         self.slot = RestartingSampler(sampler_cls, sampler_args, sampler_kwargs)
 
     def _pull(self, sampler, version: int | None = None) -> None:
@@ -179,7 +185,10 @@ class LearnerWorker:
             ps.publish.remote(version, box)  # calls from one caller stay in order
         return version
 
+    @ray.method(concurrency_group="weights")
     def latest(self, have_version: int = -1):
+        """Weights for samplers (``...0p``), answered on a thread of its own, so samplers
+        need not wait for a long ``train`` call to end."""
         return self.ps.latest(have_version)
 
     def state_dict(self) -> dict:
@@ -193,7 +202,7 @@ class LearnerWorker:
 
 
 RemoteSampler = ray.remote(SamplerWorker)
-RemoteLearner = ray.remote(LearnerWorker)
+RemoteLearner = ray.remote(concurrency_groups={"weights": 1})(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.
 RemoteMemory = ray.remote(FIFOMemory)

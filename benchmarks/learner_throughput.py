@@ -1,0 +1,86 @@
+"""Learner throughput of the Atari actor-critic: samples/s of gradient steps on one thread.
+
+    python benchmarks/learner_throughput.py [--seconds 5] [--batch 640]
+
+Trains ``make_actor_critic`` on random uint8 frame stacks (4x42x42 and 4x84x84) with
+RMSProp, one torch thread (a learner's share of these 2 cores), in three ways:
+
+  nchw       float32 convolutions in PyTorch's default NCHW layout;
+  channels   float32, channels-last (what ``ConvTorso`` uses);
+  bf16       channels-last under bfloat16 autocast (``model.bf16=true``).
+
+Each way is timed twice for ``--seconds`` after a warm-up; the better of the two counts.
+Writes benchmarks/results/learner_throughput.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from common import write_result
+from walle_ray.config import ModelConfig
+from walle_ray.models import make_actor_critic
+
+
+def trainer(size: int, batch: int, way: str):
+    """One gradient step per call on a fixed batch, in the given layout and precision."""
+    torch.manual_seed(0)
+    cfg = OmegaConf.structured(ModelConfig(bf16=way == "bf16"))
+    space = gym.spaces.Box(0, 255, (4, size, size), np.uint8)
+    model = make_actor_critic(space, gym.spaces.Discrete(6), cfg)
+    if way == "nchw":
+        model.torso.convs.to(memory_format=torch.contiguous_format)
+        model.torso.forward = lambda frames: model.torso.fc(model.torso.convs(frames.float() / 255.0))
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-4, eps=1e-5)
+    frames = torch.randint(0, 256, (batch, 4, size, size), dtype=torch.uint8)
+    actions = torch.randint(0, 6, (batch,))
+
+    def step() -> None:
+        params, value = model(frames)
+        logp = torch.distributions.Categorical(logits=params).log_prob(actions)
+        loss = -logp.mean() + 0.5 * value.pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def samples_per_s(step, batch: int, seconds: float) -> float:
+    step()  # warm-up: oneDNN picks its kernels on the first call
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        step()
+        n += 1
+    return n * batch / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--batch", type=int, default=640, help="samples per step (IMPALA: 32 x 20)")
+    p.add_argument("--dry-run", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    ways = ("nchw", "channels", "bf16")
+    result = {"command": shlex.join(["python", *sys.argv]), "batch": args.batch,
+              "torch_threads": 1, "samples_per_s": {}, "speedup_over_nchw": {}}
+    for size in (42, 84):
+        steps = {way: trainer(size, args.batch, way) for way in ways}
+        best = {way: max(samples_per_s(steps[way], args.batch, args.seconds) for _ in range(2))
+                for way in ways}
+        result["samples_per_s"][f"{size}x{size}"] = best
+        result["speedup_over_nchw"][f"{size}x{size}"] = {w: best[w] / best["nchw"] for w in ways}
+        print(size, {w: round(v) for w, v in best.items()}, flush=True)
+    write_result("learner_throughput", result, args.dry_run)
+
+
+if __name__ == "__main__":
+    main()

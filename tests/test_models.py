@@ -1,0 +1,63 @@
+"""The Atari torso: channels-last and bfloat16 change the speed, not the function."""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from walle_ray.config import ModelConfig
+from walle_ray.models import make_actor_critic
+
+FRAMES = gym.spaces.Box(0, 255, (4, 42, 42), np.uint8)
+
+
+def model(bf16: bool = False):
+    torch.manual_seed(0)
+    return make_actor_critic(FRAMES, gym.spaces.Discrete(6),
+                             OmegaConf.structured(ModelConfig(bf16=bf16)))
+
+
+def frames(n: int = 16) -> torch.Tensor:
+    return torch.randint(0, 256, (n, *FRAMES.shape), dtype=torch.uint8,
+                         generator=torch.Generator().manual_seed(1))
+
+
+def test_channels_last_matches_the_plain_layout():
+    net, x = model(), frames()
+    torso = net.torso
+    assert torso.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
+    nchw = copy.deepcopy(torso.convs).to(memory_format=torch.contiguous_format)
+    assert nchw[0].weight.is_contiguous()
+    torch.testing.assert_close(torso(x), torso.fc(nchw(x.float() / 255.0)), rtol=1e-4, atol=1e-5)
+    params, value = net(x)
+    assert params.dtype == value.dtype == torch.float32
+
+
+def test_bf16_torso_is_close_to_float32_and_trains_float32_weights():
+    exact, fast = model(), model(bf16=True)
+    fast.load_state_dict(exact.state_dict())
+    x = frames()
+    p32, v32 = exact(x)
+    p16, v16 = fast(x)
+    assert p16.dtype == v16.dtype == torch.float32
+    torch.testing.assert_close(p16, p32, rtol=0.05, atol=0.02)
+    torch.testing.assert_close(v16, v32, rtol=0.05, atol=0.05)
+    (p16.logsumexp(-1).mean() + v16.pow(2).mean()).backward()
+    grads = [p.grad for p in fast.parameters()]
+    assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_weights_round_trip_through_numpy(bf16):
+    source, target = model(bf16), model(bf16)
+    for p in target.parameters():
+        torch.nn.init.zeros_(p)
+    target.set_weights(source.get_weights())
+    x = frames(4)
+    torch.testing.assert_close(target(x), source(x))
+    assert target.torso.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
