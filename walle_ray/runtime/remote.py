@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections import deque
 
 import ray
 import torch
@@ -98,9 +97,8 @@ class LearnerWorker:
         self.memories: list = []
         self.publish_to = None
         self.publishes = False
-        self.inflight: deque = deque()
+        self.inflight: list = []  # (memory, ref of a sample call), oldest first
         self.held = None  # (memory, batch) this learner got while another learner got none
-        self.next_memory = 0
 
     def attach(self, memories: list, publish_to=None, publishes: bool = False, prefetch: int = 2,
                publish_every: int = 1) -> None:
@@ -111,18 +109,28 @@ class LearnerWorker:
         self.prefetch = prefetch
         self.publish_every = publish_every
 
-    def _next_batch(self) -> tuple:
-        """The memory and the batch it served, from the requests in flight (topped up first);
-        the batch is None if it timed out."""
+    def _next_batch(self, timeout_s: float = 2.0) -> tuple:
+        """The memory and the batch it served: the first of the requests in flight to be
+        ready (each memory keeps ``prefetch``), so one memory that has nothing to serve yet
+        (a shard below ``learning_starts`` or ahead of its replay ratio) holds up none of the
+        others. The batch is None when no memory served one within ``timeout_s``."""
         if self.held is not None:
             served, self.held = self.held, None
             return served
-        while len(self.inflight) < self.prefetch * len(self.memories):
-            memory = self.memories[self.next_memory % len(self.memories)]
-            self.next_memory += 1
-            self.inflight.append((memory, memory.sample.remote()))
-        memory, ref = self.inflight.popleft()
-        return memory, ray.get(ref)
+        if not self.inflight:
+            self.inflight = [(m, m.sample.remote()) for _ in range(self.prefetch) for m in self.memories]
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            refs = [ref for _, ref in self.inflight]
+            ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, deadline - time.perf_counter()))
+            if not ready:
+                return None, None
+            i = refs.index(ready[0])
+            memory, ref = self.inflight.pop(i)
+            self.inflight.append((memory, memory.sample.remote()))  # keep its prefetch
+            batch = ray.get(ref)
+            if batch is not None or time.perf_counter() >= deadline:
+                return memory, batch
 
     def train(self, num_updates: int, env_steps: int) -> dict:
         """Up to ``num_updates`` updates on batches pulled from the memories; averaged
