@@ -84,11 +84,11 @@ def measure_local(fragments: list[Transitions], capacity: int, seconds: float, s
     rng = np.random.default_rng(seed)
     shard = PrioritizedReplay(capacity, BATCH, learning_starts=BATCH, seed=seed)
     t0 = time.perf_counter()
-    held = None  # observation bytes per transition once every distinct fragment is in
+    held = None  # frames held per transition once every distinct fragment is in
     while shard.inserted < capacity:
         shard.put(fragments[(shard.inserted // FRAGMENT) % DISTINCT_FRAGMENTS])
         if held is None and shard.inserted >= DISTINCT_FRAGMENTS * FRAGMENT:
-            held = shard.stats()["obs_bytes"] / len(shard)
+            held = shard.stats()["frames"] / len(shard)
     inserts_per_s = shard.inserted / (time.perf_counter() - t0)
 
     batches, put_before = 0, shard.inserted
@@ -99,7 +99,8 @@ def measure_local(fragments: list[Transitions], capacity: int, seconds: float, s
         shard.update_priorities(batch.index, td_errors(rng))
         batches += 1
     return {"capacity": capacity, "inserts_per_s": inserts_per_s,
-            "obs_bytes_per_transition": held,
+            "frames_per_transition": held,  # 2 x 4 = 8 as stacks
+            "obs_bytes_per_transition": held * int(np.prod(OBS_SHAPE[1:])) + 2 * OBS_SHAPE[0] * 4,
             "obs_bytes_per_transition_as_stacks": 2 * int(np.prod(OBS_SHAPE)),
             "batches_per_s_with_puts": batches / elapsed,
             "inserts_per_s_while_sampling": (shard.inserted - put_before) / elapsed,
