@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -59,8 +60,6 @@ def learning_run(name: str, overrides: list[str], target: float, minutes: float,
     """Train until the mean of the last 20 episodes reaches ``target`` or ``minutes`` pass;
     writes benchmarks/results/<name>.json (the curve, minutes and agent steps to the target
     or the best return reached) and <name>.png (return over wall-clock minutes)."""
-    import shutil
-
     run_dir = ROOT / "runs" / f"bench_{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
     overrides = [*overrides, f"run.max_wall_s={minutes * 60}", f"run.stop_at_return={target}",

@@ -17,10 +17,6 @@ class ParameterServer:
     def __init__(self) -> None:
         self.current: tuple[int, Any] = (-1, None)
 
-    @property
-    def version(self) -> int:
-        return self.current[0]
-
     def publish(self, version: int, weights: Any) -> None:
         if version > self.current[0]:
             self.current = (version, weights)

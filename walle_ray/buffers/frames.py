@@ -21,8 +21,8 @@ class FrameStore:
     """Distinct frames with reference counts; a frame is freed when nothing refers to it.
 
     Frames are matched by content: a hash of their bytes, then a comparison of the bytes
-    themselves, so two different frames are never merged. The arrays grow (doubling) as
-    needed and freed places are reused, so the memory follows the distinct frames held.
+    themselves, so two different frames are never merged. The arrays grow (by half again)
+    as needed and freed places are reused, so the memory follows the distinct frames held.
     """
 
     def __init__(self, frame_shape: tuple[int, ...], dtype: np.dtype, initial: int = 1024):

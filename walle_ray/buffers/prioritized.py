@@ -202,13 +202,13 @@ class PrioritizedReplay:
 
     def _allocate(self, item: Transitions) -> None:
         """Per-slot arrays shaped after the first item (frame stacks as frame places)."""
-        self.storage = {name: np.zeros((self.capacity, *getattr(item, name).shape[1:]),
-                                       getattr(item, name).dtype) for name in STORED}
+        shapes = {name: (getattr(item, name).shape[1:], getattr(item, name).dtype) for name in STORED}
         if is_frame_stack(item.obs):
             stack, *frame = item.obs.shape[1:]
             self.frames = FrameStore(tuple(frame), item.obs.dtype, self.capacity)
-            for name in STACKS:
-                self.storage[name] = np.zeros((self.capacity, stack), np.int32)
+            shapes.update({name: ((stack,), np.int32) for name in STACKS})
+        self.storage = {name: np.zeros((self.capacity, *shape), dtype)
+                        for name, (shape, dtype) in shapes.items()}
 
     def _obs_bytes(self) -> int:
         """Bytes that observations take in this shard (frames and places, or the stacks)."""
