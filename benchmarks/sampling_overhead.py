@@ -3,19 +3,23 @@
     python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah] [--rounds 50]
                                            [--repeats 5] [--fragment-length 128]
 
-Three ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
+Four ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
 ``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
 sampled actions with their log-probabilities):
 
   bare     a plain gymnasium loop over the envs with batched inference, in this process and
            without walle_ray's sampler or env code;
   sampler  ``Sampler.collect()`` in this process: the framework without Ray;
-  fleet    one ``RemoteSampler`` actor (num_cpus 0.95) pulling weights from a
-           ``RemoteParameterServer``; this driver fetches whole fragments back to back, so
-           Ray round trips and fragment transfer count (the synchronous, PPO path);
+  fleet    one ``RemoteSampler`` actor (num_cpus 0.95) that already holds the weights;
+           this driver fetches whole fragments back to back, so a Ray round trip and the
+           fragment's transfer count once per fragment (the synchronous, PPO path);
   stream   the same actor in streaming mode (``run``, the asynchronous path): it pushes
            every fragment into a memory actor (here a sink that drops it) while it collects
-           the next, as IMPALA's samplers do.
+           the next, as IMPALA's samplers do;
+  bare_in_actor  (a diagnostic) the bare loop inside a Ray actor process. On this machine the
+           same loop runs 10-15% slower in a Ray worker process than in a plain one, for
+           reasons outside walle_ray (see the README); against this row, the fleet's
+           numbers show what walle_ray itself adds.
 
 Each is timed over ``--rounds`` fragments, ``--repeats`` times in interleaved order; the
 medians are compared. Writes benchmarks/results/sampling_overhead[_<env>].json.
@@ -75,6 +79,8 @@ class BareLoop:
             actions = action.numpy()
             if self.bounds is not None:
                 actions = np.clip(actions, *self.bounds)
+            else:  # Python ints: the quick path of gymnasium's Discrete.contains
+                actions = actions.tolist()
             for i, env in enumerate(self.envs):
                 obs, _reward, terminated, truncated, _ = env.step(actions[i])
                 if terminated or truncated:
@@ -111,6 +117,24 @@ class Sink:
         return 0.0
 
 
+@ray.remote(num_cpus=0.01)  # run alone, like every way; a token CPU lets it start beside the rest
+class BareActor:
+    """The bare loop inside a Ray actor process: what the same work costs there with no
+    framework at all. A diagnostic: it separates the cost of running in a Ray worker
+    process from what walle_ray's sampler and transfers add."""
+
+    def __init__(self, env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, seed: int):
+        torch.set_num_threads(1)
+        obs_space, action_space = env_spaces(env_cfg)
+        model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
+        model.set_weights(weights)
+        self.bare = BareLoop(env_cfg, model, seed)
+
+    def run(self, rounds: int, steps: int) -> None:
+        for _ in range(rounds):
+            self.bare.run(steps)
+
+
 def fetch_fragment(worker) -> None:
     """One fragment end to end: the collect call, then both results into this process."""
     rollout_ref, stats_ref = worker.collect.remote(0)
@@ -118,7 +142,9 @@ def fetch_fragment(worker) -> None:
 
 
 def measure(env_cfg: DictConfig, args) -> dict[str, list[float]]:
-    """Env steps/s of each way to collect, one value per repeat."""
+    """Env steps/s of each way to collect, one value per repeat. Each repeat starts fresh
+    actors: the speed of one Ray worker process varies by several percent from one process
+    to the next, so every repeat samples new ones."""
     model_cfg = OmegaConf.structured(ModelConfig())
     obs_space, action_space = env_spaces(env_cfg)
     torch.manual_seed(args.seed)
@@ -128,27 +154,36 @@ def measure(env_cfg: DictConfig, args) -> dict[str, list[float]]:
     bare = BareLoop(env_cfg, model, args.seed)
     sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
     sampler.set_weights(weights, 0)
-    ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
-    sink = Sink.remote()
-    streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS).remote(
-        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink)
     per_round = args.fragment_length * env_cfg.envs_per_sampler
-    # (call, fragments per call): the streaming actor runs all rounds in one call.
-    ways = {"bare": (lambda: bare.run(args.fragment_length), 1),
-            "sampler": (sampler.collect, 1),
-            "fleet": (lambda: fetch_fragment(worker), 1),
-            "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
-    rates: dict[str, list[float]] = {name: [] for name in ways}
+    rates: dict[str, list[float]] = {}
     try:
-        for fn, _ in ways.values():  # warm-up; for actors it also waits for them to start
-            fn()
         for _ in range(args.repeats):
-            for name, (fn, per_call) in ways.items():
-                calls = args.rounds // per_call
-                rates[name].append(steps_per_s(fn, calls, per_round * per_call))
+            ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
+            sink = Sink.remote()
+            streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS).remote(
+                ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink)
+            bare_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed)
+            # (call, fragments per call): the streaming and bare actors run all rounds in one call.
+            ways = {"bare": (lambda: bare.run(args.fragment_length), 1),
+                    "sampler": (sampler.collect, 1),
+                    "fleet": (lambda: fetch_fragment(worker), 1),
+                    "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds),
+                    "bare_in_actor": (lambda: ray.get(bare_actor.run.remote(args.rounds,
+                                                                            args.fragment_length)),
+                                      args.rounds)}
+            try:
+                bare.run(args.fragment_length)  # warm-up; the actors also finish starting
+                sampler.collect()
+                fetch_fragment(worker)
+                ray.get(streamer.run.remote(2))
+                ray.get(bare_actor.run.remote(2, args.fragment_length))
+                for name, (fn, per_call) in ways.items():
+                    calls = args.rounds // per_call
+                    rates.setdefault(name, []).append(steps_per_s(fn, calls, per_round * per_call))
+            finally:
+                for handle in (worker, streamer, sink, ps, bare_actor):
+                    ray.kill(handle)
     finally:
-        for handle in (worker, streamer, sink, ps):
-            ray.kill(handle)
         bare.close()
         sampler.close()
     return rates
@@ -177,7 +212,9 @@ def main() -> None:
     overhead_stream = 1 - median["stream"] / median["bare"]
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
-    print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming)")
+    print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
+          f"the bare loop itself runs {1 - median['bare_in_actor'] / median['bare']:.1%} slower "
+          "inside a Ray actor")
     result = {
         "command": shlex.join(["python", *sys.argv]),
         "target": {"overhead_below": TARGET_OVERHEAD},
@@ -189,6 +226,11 @@ def main() -> None:
         "overhead": overhead,
         "overhead_streaming": overhead_stream,
         "overhead_sampler_in_process": 1 - median["sampler"] / median["bare"],
+        # Diagnostics: the bare loop itself inside a Ray actor process, and the fleet paths
+        # measured against that rather than against the plain process.
+        "slowdown_bare_in_actor": 1 - median["bare_in_actor"] / median["bare"],
+        "overhead_vs_bare_in_actor": 1 - median["fleet"] / median["bare_in_actor"],
+        "overhead_streaming_vs_bare_in_actor": 1 - median["stream"] / median["bare_in_actor"],
         "met_target": overhead < TARGET_OVERHEAD,
         "met_target_streaming": overhead_stream < TARGET_OVERHEAD,
     }

@@ -131,6 +131,36 @@ def test_sampler_worker_pulls_published_weights(ray_session):
     ray.kill(ps)
 
 
+def test_streaming_sampler_takes_weights_asked_for_before_the_fragment_ended(ray_session):
+    """In ``run``, a sampler asks for newer weights a few steps before a fragment ends and
+    uses the answer for the next one, without a blocking pull; what was published before it
+    asked is in that answer. A rebuilt sampler (version -1) pulls again."""
+    from walle_ray.runtime.remote import RemoteParameterServer, SamplerWorker
+
+    ray = ray_session
+    ps = RemoteParameterServer.remote()
+    box = [ray.put(make_sampler().model.get_weights())]
+    ray.get(ps.publish.remote(1, box))
+    worker = SamplerWorker(ps, counting(), OmegaConf.structured(ModelConfig()), 8, 0.99, 0, 0)
+    pulls = []
+    blocking_pull = worker._pull
+    worker._pull = lambda sampler, *a: (pulls.append(sampler.version), blocking_pull(sampler, *a))
+
+    def publish_then_ask():
+        ray.get(ps.publish.remote(2, box))
+        worker._ask()
+
+    def fragment(ask):
+        return worker.slot.collect(worker._refresh, ask_at=6, ask=ask)[0].version_b[0]
+
+    assert fragment(publish_then_ask) == 1 and pulls == [-1]  # the first fragment pulls
+    assert fragment(worker._ask) == 2 and pulls == [-1]  # from the answer: no pull
+    assert fragment(worker._ask) == 2 and pulls == [-1]
+    worker.slot.rebuild()  # as after an env failure: the answer was for the old sampler
+    assert fragment(worker._ask) == 2 and pulls == [-1, -1]
+    ray.kill(ps)
+
+
 @pytest.mark.parametrize("space", ["discrete", "box"])
 def test_fast_action_path_matches_the_distribution(space):
     import gymnasium as gym

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from types import SimpleNamespace
-from typing import Protocol
+from typing import Callable, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -73,8 +73,9 @@ class ReplaySampler:
         self.explorer.set_weights(weights)
         self.version = version
 
-    def collect(self) -> tuple[Transitions, dict]:
-        """The transitions completed in one fragment, and stats of the episodes that ended."""
+    def collect(self, ask_at: int = -1, ask: Callable[[], None] | None = None) -> tuple[Transitions, dict]:
+        """The transitions completed in one fragment, and stats of the episodes that ended;
+        ``ask()`` is called before step ``ask_at`` (as in ``Sampler.collect``)."""
         t0 = time.perf_counter()
         T, B = self.fragment_length, self.env.num_envs
         reward = np.empty(B, np.float32)
@@ -82,7 +83,9 @@ class ReplaySampler:
         truncated = np.empty(B, bool)
         out: dict[str, list] = {"obs": [], "action": [], "reward": [], "discount": [], "next_obs": []}
         returns, lengths = [], []
-        for _ in range(T):
+        for t in range(T):
+            if t == ask_at:
+                ask()
             obs = self.obs
             action = self.explorer.act(obs, self.total_steps)
             next_obs = np.empty_like(obs)

@@ -24,14 +24,15 @@ class RestartingSampler:
         self.sampler = cls(*args, **self.kwargs)
         self.restarts = 0  # since the start
 
-    def collect(self, prepare: Callable) -> tuple:
-        """``prepare(sampler)`` (give it weights), then one fragment; the stats say how many
-        fragments were lost to failures on the way (``lost_fragments``)."""
+    def collect(self, prepare: Callable, **collect_kwargs) -> tuple:
+        """``prepare(sampler)`` (give it weights), then one fragment (``collect_kwargs`` go to
+        the sampler's ``collect``); the stats say how many fragments were lost to failures on
+        the way (``lost_fragments``)."""
         failures = 0
         while True:
             prepare(self.sampler)
             try:
-                rollout, stats = self.sampler.collect()
+                rollout, stats = self.sampler.collect(**collect_kwargs)
             except Exception as exc:  # whatever the env raised: rebuild, try again
                 failures += 1
                 where = f"sampler-{self.sampler.index}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -43,54 +44,52 @@ class Sampler:
         self.version = version
 
     @torch.inference_mode()
-    def _act(self, obs: np.ndarray) -> tuple[np.ndarray, ...]:
-        params, value = self.model(torch.from_numpy(obs))
-        action, logp = self.model.head.act(params, self.deterministic)
-        return action.numpy(), logp.numpy(), params.numpy(), value.numpy()
-
-    @torch.inference_mode()
-    def _value(self, obs: np.ndarray) -> np.ndarray:
-        return self.model(torch.from_numpy(obs))[1].numpy()
-
-    def collect(self) -> tuple[Rollout, dict]:
+    def collect(self, ask_at: int = -1, ask: Callable[[], None] | None = None) -> tuple[Rollout, dict]:
         """One fragment, and stats of the episodes that ended during it.
 
         The env writes each step straight into the fragment's arrays: the next
         observation into ``obs_t[t + 1]`` (the last into ``last_obs``), rewards and flags
-        into row ``t``."""
+        into row ``t``. The policy's outputs stay tensors until the fragment ends and are
+        stacked once: per step, only the actions become numpy, for the envs.
+        ``ask()`` is called before step ``ask_at``, so a Ray sampler can ask for newer weights
+        while the fragment's last steps run (``SamplerWorker``)."""
         t0 = time.perf_counter()
         T, B = self.fragment_length, self.env.num_envs
+        model, head, deterministic, step = self.model, self.model.head, self.deterministic, self.env.step
         obs_t = np.empty((T, *self.obs.shape), dtype=self.obs.dtype)
         obs_t[0] = self.obs
         last_obs = np.empty_like(self.obs)
         reward_t = np.empty((T, B), np.float32)
         terminated_t = np.empty((T, B), bool)
         truncated_t = np.empty((T, B), bool)
-        logp_t = np.empty((T, B), np.float32)
-        v_t = np.empty((T, B), np.float32)
         final_v_t = np.zeros((T, B), np.float32)
-        action_t = dist_t = None
+        actions, logps, params, values = [], [], [], []
         returns, lengths = [], []
         for t in range(T):
-            action, logp, params, value = self._act(obs_t[t])
-            if action_t is None:
-                action_t = np.empty((T, *action.shape), action.dtype)
-                dist_t = np.empty((T, *params.shape), np.float32)
-            action_t[t], logp_t[t], dist_t[t], v_t[t] = action, logp, params, value
-            ended = self.env.step(action, obs_t[t + 1] if t + 1 < T else last_obs,
-                                  reward_t[t], terminated_t[t], truncated_t[t])
+            if t == ask_at:
+                ask()
+            dist_params, value = model(torch.from_numpy(obs_t[t]))
+            action, logp = head.act(dist_params, deterministic)
+            actions.append(action)
+            logps.append(logp)
+            params.append(dist_params)
+            values.append(value)
+            ended = step(action.numpy(), obs_t[t + 1] if t + 1 < T else last_obs,
+                         reward_t[t], terminated_t[t], truncated_t[t])
             if ended is not None:
                 rows = np.flatnonzero(truncated_t[t])
                 if rows.size:
-                    final_v_t[t, rows] = self._value(ended.final_obs[rows])
+                    final_v_t[t, rows] = model(torch.from_numpy(ended.final_obs[rows]))[1].numpy()
                 returns += ended.episode_returns
                 lengths += ended.episode_lengths
         self.obs = last_obs
-        last_v = self._value(last_obs)
+        last_v = model(torch.from_numpy(last_obs))[1].numpy()
         self.total_steps += T * B
-        rollout = Rollout(obs_t=obs_t, action_t=action_t, reward_t=reward_t,
-                          terminated_t=terminated_t, truncated_t=truncated_t, logp_t=logp_t,
-                          dist_t=dist_t, v_t=v_t, final_v_t=final_v_t,
+        rollout = Rollout(obs_t=obs_t, action_t=torch.stack(actions).numpy(), reward_t=reward_t,
+                          terminated_t=terminated_t, truncated_t=truncated_t,
+                          logp_t=torch.stack(logps).numpy(),
+                          dist_t=torch.stack(params).float().numpy(),
+                          v_t=torch.stack(values).float().numpy(), final_v_t=final_v_t,
                           return_t=self._discounted_returns(reward_t, terminated_t, truncated_t),
                           last_obs=last_obs, last_v=last_v,
                           version_b=np.full(B, self.version, np.int64),

@@ -45,6 +45,8 @@ class GymVectorEnv:
              terminated: np.ndarray, truncated: np.ndarray) -> Ended | None:
         if self._box_actions:
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        else:  # Python ints take the quick path of Discrete.contains, which CartPole asserts
+            actions = actions.tolist()
         returns, lengths = self._returns, self._lengths
         ended = None
         for i, env in enumerate(self.envs):

@@ -240,13 +240,15 @@ class RayFleet(RayRoles):
                          for i in range(topo.samplers)]
 
     def publish(self) -> None:
-        self.version = self._get(self.learners[0].publish.remote(self.ps),
-                                 "learner-0 (publishing weights)")
+        """The new weights' version and box, which each collect call carries to the samplers
+        (no round trip to the parameter server)."""
+        self.version, self.weights = self._get(self.learners[0].publish.remote(self.ps),
+                                               "learner-0 (publishing weights)")
 
     def collect(self, max_deaths: int = 3) -> list[dict]:
         """Every sampler's fragment, routed to its memory. A sampler process that dies is
         restarted by Ray and asked again (its fragment is lost and collected anew)."""
-        outs = {i: s.collect.remote(self.version) for i, s in enumerate(self.samplers)}
+        outs = {i: s.collect.remote(self.version, self.weights) for i, s in enumerate(self.samplers)}
         stats: list = [None] * len(self.samplers)
         puts, deaths = [], 0
         while outs:
@@ -260,7 +262,7 @@ class RayFleet(RayRoles):
                     self.faults["sampler_restarts"] += 1
                     self.faults["lost_fragments"] += 1
                     self.await_restart(i)
-                    outs[i] = self.samplers[i].collect.remote(self.version)
+                    outs[i] = self.samplers[i].collect.remote(self.version, self.weights)
                     continue
                 del outs[i]
                 count_faults(self.faults, stats[i])
