@@ -3,26 +3,30 @@
     python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah] [--rounds 50]
                                            [--repeats 5] [--fragment-length 128]
 
-Four ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
+Six ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
 ``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
 sampled actions with their log-probabilities):
 
-  bare     a plain gymnasium loop over the envs with batched inference, in this process and
-           without walle_ray's sampler or env code;
-  sampler  ``Sampler.collect()`` in this process: the framework without Ray;
-  fleet    one ``RemoteSampler`` actor (num_cpus 0.95) that already holds the weights;
+  bare     a plain gymnasium loop over the envs with batched inference, in a fresh plain
+           process (no Ray) and without walle_ray's sampler or env code;
+  sampler  ``Sampler.collect()`` in that same process: the framework without Ray;
+  fleet    one ``RemoteSampler`` actor (num_cpus 0.95), started as walle_ray starts its
+           samplers, that already holds the weights;
            this driver fetches whole fragments back to back, so a Ray round trip and the
            fragment's transfer count once per fragment (the synchronous, PPO path);
   stream   the same actor in streaming mode (``run``, the asynchronous path): it pushes
            every fragment into a memory actor (here a sink that drops it) while it collects
            the next, as IMPALA's samplers do;
-  bare_in_actor  (a diagnostic) the bare loop inside a Ray actor process. On this machine the
-           same loop runs 10-15% slower in a Ray worker process than in a plain one, for
-           reasons outside walle_ray (see the README); against this row, the fleet's
-           numbers show what walle_ray itself adds.
+  bare_in_actor  (a diagnostic) the bare loop inside a Ray actor started as walle_ray starts
+           samplers, with torch imported before the process joins Ray
+           (``walle_ray/runtime/preload.py``); against this row, the fleet's numbers show
+           what walle_ray's sampler and transfers add;
+  bare_in_actor_no_preload  the same in an actor started Ray's default way, which imports
+           torch only after joining: 10-15% slower on this machine.
 
-Each is timed over ``--rounds`` fragments, ``--repeats`` times in interleaved order; the
-medians are compared. Writes benchmarks/results/sampling_overhead[_<env>].json.
+Each is timed over ``--rounds`` fragments, ``--repeats`` times, each time in new processes
+(one plain process for bare and sampler, new actors for the rest); the medians are
+compared. Writes benchmarks/results/sampling_overhead[_<env>].json.
 
 Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths.
 """
@@ -30,6 +34,7 @@ Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import shlex
 import statistics
 import sys
@@ -46,6 +51,7 @@ from walle_ray.actors.sampler import Sampler
 from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.envs import env_spaces
 from walle_ray.models import ActorCritic, make_actor_critic
+from walle_ray.runtime.preload import worker_runtime_env
 from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
 
 TARGET_OVERHEAD = 0.10
@@ -104,7 +110,7 @@ def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args)
     """A parameter server holding ``weights`` as version 0, and one sampler actor reading it."""
     ps = RemoteParameterServer.options(num_cpus=0.01).remote()
     ray.get(ps.publish.remote(0, [ray.put(weights)]))
-    worker = RemoteSampler.options(num_cpus=SAMPLER_CPUS).remote(
+    worker = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
         ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
     return ps, worker
 
@@ -135,6 +141,30 @@ class BareActor:
             self.bare.run(steps)
 
 
+def in_plain_process(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args) -> dict:
+    """Env steps/s of the bare loop and of ``Sampler.collect`` in a fresh process of its own
+    (no Ray), alternating: the driver process is one draw of a per-process speed that varies
+    by several percent, as each actor process is."""
+    torch.set_num_threads(1)
+    obs_space, action_space = env_spaces(env_cfg)
+    model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
+    model.set_weights(weights)
+    bare = BareLoop(env_cfg, model, args.seed)
+    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+    sampler.set_weights(weights, 0)
+    per_round = args.fragment_length * env_cfg.envs_per_sampler
+    ways = {"bare": lambda: bare.run(args.fragment_length), "sampler": sampler.collect}
+    for fn in ways.values():  # warm-up
+        fn()
+    rates: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(2):
+        for name, fn in ways.items():
+            rates[name].append(steps_per_s(fn, args.rounds // 2, per_round))
+    bare.close()
+    sampler.close()
+    return {name: statistics.mean(values) for name, values in rates.items()}
+
+
 def fetch_fragment(worker) -> None:
     """One fragment end to end: the collect call, then both results into this process."""
     rollout_ref, stats_ref = worker.collect.remote(0)
@@ -142,50 +172,44 @@ def fetch_fragment(worker) -> None:
 
 
 def measure(env_cfg: DictConfig, args) -> dict[str, list[float]]:
-    """Env steps/s of each way to collect, one value per repeat. Each repeat starts fresh
-    actors: the speed of one Ray worker process varies by several percent from one process
-    to the next, so every repeat samples new ones."""
+    """Env steps/s of each way to collect, one value per repeat. Each repeat starts a fresh
+    plain process and fresh actors: the speed of one process varies by several percent from
+    one process to the next (with its memory layout), so every repeat draws new ones."""
     model_cfg = OmegaConf.structured(ModelConfig())
     obs_space, action_space = env_spaces(env_cfg)
     torch.manual_seed(args.seed)
     model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
     weights = model.get_weights()
-
-    bare = BareLoop(env_cfg, model, args.seed)
-    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
-    sampler.set_weights(weights, 0)
     per_round = args.fragment_length * env_cfg.envs_per_sampler
+    spawn = multiprocessing.get_context("spawn")
     rates: dict[str, list[float]] = {}
-    try:
-        for _ in range(args.repeats):
-            ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
-            sink = Sink.remote()
-            streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS).remote(
-                ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink)
-            bare_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed)
-            # (call, fragments per call): the streaming and bare actors run all rounds in one call.
-            ways = {"bare": (lambda: bare.run(args.fragment_length), 1),
-                    "sampler": (sampler.collect, 1),
-                    "fleet": (lambda: fetch_fragment(worker), 1),
-                    "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds),
-                    "bare_in_actor": (lambda: ray.get(bare_actor.run.remote(args.rounds,
-                                                                            args.fragment_length)),
-                                      args.rounds)}
-            try:
-                bare.run(args.fragment_length)  # warm-up; the actors also finish starting
-                sampler.collect()
-                fetch_fragment(worker)
-                ray.get(streamer.run.remote(2))
-                ray.get(bare_actor.run.remote(2, args.fragment_length))
-                for name, (fn, per_call) in ways.items():
-                    calls = args.rounds // per_call
-                    rates.setdefault(name, []).append(steps_per_s(fn, calls, per_round * per_call))
-            finally:
-                for handle in (worker, streamer, sink, ps, bare_actor):
-                    ray.kill(handle)
-    finally:
-        bare.close()
-        sampler.close()
+    for _ in range(args.repeats):
+        with spawn.Pool(1) as pool:
+            for name, rate in pool.apply(in_plain_process, (env_cfg, model_cfg, weights, args)).items():
+                rates.setdefault(name, []).append(rate)
+        ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
+        sink = Sink.remote()
+        streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
+            ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink)
+        bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
+            env_cfg, model_cfg, weights, args.seed)
+        bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed)
+        # (call, fragments per call): the streaming and bare actors run all rounds in one call.
+        ways = {"fleet": (lambda: fetch_fragment(worker), 1),
+                "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
+        for name, actor in (("bare_in_actor", bare_actor), ("bare_in_actor_no_preload", bare_plain_actor)):
+            ways[name] = (lambda a=actor: ray.get(a.run.remote(args.rounds, args.fragment_length)),
+                          args.rounds)
+        try:
+            fetch_fragment(worker)  # warm-up; the actors also finish starting
+            ray.get(streamer.run.remote(2))
+            ray.get([a.run.remote(2, args.fragment_length) for a in (bare_actor, bare_plain_actor)])
+            for name, (fn, per_call) in ways.items():
+                calls = args.rounds // per_call
+                rates.setdefault(name, []).append(steps_per_s(fn, calls, per_round * per_call))
+        finally:
+            for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor):
+                ray.kill(handle)
     return rates
 
 
@@ -214,7 +238,8 @@ def main() -> None:
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
           f"the bare loop itself runs {1 - median['bare_in_actor'] / median['bare']:.1%} slower "
-          "inside a Ray actor")
+          f"inside a Ray actor ({1 - median['bare_in_actor_no_preload'] / median['bare']:.1%} "
+          "without the preload)")
     result = {
         "command": shlex.join(["python", *sys.argv]),
         "target": {"overhead_below": TARGET_OVERHEAD},
@@ -229,6 +254,7 @@ def main() -> None:
         # Diagnostics: the bare loop itself inside a Ray actor process, and the fleet paths
         # measured against that rather than against the plain process.
         "slowdown_bare_in_actor": 1 - median["bare_in_actor"] / median["bare"],
+        "slowdown_bare_in_actor_no_preload": 1 - median["bare_in_actor_no_preload"] / median["bare"],
         "overhead_vs_bare_in_actor": 1 - median["fleet"] / median["bare_in_actor"],
         "overhead_streaming_vs_bare_in_actor": 1 - median["stream"] / median["bare_in_actor"],
         "met_target": overhead < TARGET_OVERHEAD,

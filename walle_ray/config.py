@@ -35,6 +35,9 @@ class RunConfig:
     max_restarts: int = 3  # learner/memory deaths survived by rebuilding from the last checkpoint
     ray_address: Optional[str] = None  # Ray cluster to join; None: RAY_ADDRESS or a local instance
     ray_num_cpus: Optional[int] = None  # CPUs of a local Ray instance; None: all cores
+    # Start samplers and learners with torch imported before they join Ray: their loops ran
+    # 10-15% faster that way (walle_ray/runtime/preload.py)
+    ray_preload: bool = True
 
 
 @dataclass

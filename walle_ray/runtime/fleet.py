@@ -18,6 +18,7 @@ from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
 from walle_ray.runtime.checkpoint import first_line
+from walle_ray.runtime.preload import worker_runtime_env
 from walle_ray.topology import ResourcePlan, Topology
 
 
@@ -84,7 +85,8 @@ def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
     learners = [
         remote.RemoteLearner.options(name=f"walle/learner-{j}", num_cpus=plan.learner_cpus,
-                                     num_gpus=plan.learner_gpus).remote(
+                                     num_gpus=plan.learner_gpus,
+                                     runtime_env=worker_runtime_env(cfg.run.ray_preload)).remote(
             cfg, obs_space, action_space, device=device, threads=threads)
         for j in range(topo.learners)]
     if topo.learners > 1:
@@ -182,7 +184,8 @@ class RayRoles:
         cls, args = sampler_spec(self.cfg, self.topo, i)
         source = "walle/ps" if self.ps is not None else "walle/learner-0"
         return self.remote.RemoteSampler.options(
-            name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus, **options).remote(
+            name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
+            runtime_env=worker_runtime_env(self.cfg.run.ray_preload), **options).remote(
             source, *args, memory=memory, sampler_cls=cls)
 
     def _get(self, refs, role: str, restartable: bool = False):
