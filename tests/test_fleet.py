@@ -107,3 +107,12 @@ def test_preload_falls_back_to_the_nodes_python(ray_session):
         assert ray.get(probe.__ray_call__.remote(torch_before_ray()), timeout=120)
     finally:
         ray.kill(probe)
+
+
+def test_preload_leaves_jobs_that_choose_their_interpreter_alone():
+    from walle_ray.runtime.preload import worker_runtime_env
+
+    assert worker_runtime_env(False) is None
+    for field in ({"pip": ["gymnasium"]}, {"conda": "rl"}, {"py_executable": "python3"}):
+        assert worker_runtime_env(job_env=field) is None
+    assert "-c" in worker_runtime_env(job_env={"working_dir": ".", "env_vars": {"A": "1"}})["py_executable"]

@@ -18,7 +18,7 @@ from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
 from walle_ray.runtime.checkpoint import first_line
-from walle_ray.runtime.preload import worker_runtime_env
+from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.topology import ResourcePlan, Topology
 
 
@@ -86,7 +86,7 @@ def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_
     learners = [
         remote.RemoteLearner.options(name=f"walle/learner-{j}", num_cpus=plan.learner_cpus,
                                      num_gpus=plan.learner_gpus,
-                                     runtime_env=worker_runtime_env(cfg.run.ray_preload)).remote(
+                                     runtime_env=role_runtime_env(cfg.run.ray_preload)).remote(
             cfg, obs_space, action_space, device=device, threads=threads)
         for j in range(topo.learners)]
     if topo.learners > 1:
@@ -185,7 +185,7 @@ class RayRoles:
         source = "walle/ps" if self.ps is not None else "walle/learner-0"
         return self.remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
-            runtime_env=worker_runtime_env(self.cfg.run.ray_preload), **options).remote(
+            runtime_env=role_runtime_env(self.cfg.run.ray_preload), **options).remote(
             source, *args, memory=memory, sampler_cls=cls)
 
     def _get(self, refs, role: str, restartable: bool = False):

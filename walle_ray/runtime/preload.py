@@ -20,14 +20,29 @@ PRELOAD = ("import os, runpy, sys; import torch, numpy, gymnasium; "
            "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
-def worker_runtime_env(enabled: bool = True, executable: str | None = None) -> dict | None:
+# Fields of a job's runtime environment that choose the worker's interpreter themselves.
+_OWN_INTERPRETER = ("py_executable", "pip", "conda", "uv", "image_uri", "container")
+
+
+def worker_runtime_env(enabled: bool = True, executable: str | None = None,
+                       job_env: dict | None = None) -> dict | None:
     """The runtime environment for an actor that runs torch in a loop (None: Ray's default).
 
     Ray runs ``exec <py_executable> <worker script> ...`` under bash on the node. The
     interpreter is this process's (``executable``), which is where clusters built from one
-    image keep it; a node without that path falls back to its ``python3``."""
-    if not enabled:
+    image keep it; a node without that path falls back to its ``python3``. A job whose
+    runtime environment picks the interpreter (``job_env`` with pip, conda, uv, an image or
+    its own py_executable) keeps Ray's default start; Ray merges the rest of the job's
+    runtime environment (working_dir, env_vars) into the actor's."""
+    if not enabled or any((job_env or {}).get(key) for key in _OWN_INTERPRETER):
         return None
     exe = shlex.quote(executable or sys.executable)
     python = f'"$(test -x {exe} && echo {exe} || command -v python3)"'
     return {"py_executable": f"{python} -c {shlex.quote(PRELOAD)}"}
+
+
+def role_runtime_env(enabled: bool) -> dict | None:
+    """``worker_runtime_env`` for the samplers and learners of the Ray job this process drives."""
+    import ray
+
+    return worker_runtime_env(enabled, job_env=dict(ray.get_runtime_context().runtime_env or {}))
