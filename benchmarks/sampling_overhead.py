@@ -98,6 +98,15 @@ class BareLoop:
             env.close()
 
 
+def policy(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict) -> ActorCritic:
+    """The benchmark's policy, with ``weights``, in this process (one torch thread)."""
+    torch.set_num_threads(1)
+    obs_space, action_space = env_spaces(env_cfg)
+    model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
+    model.set_weights(weights)
+    return model
+
+
 def steps_per_s(fn, rounds: int, steps_per_round: int) -> float:
     """Env steps per second of ``rounds`` back-to-back calls of ``fn``."""
     t0 = time.perf_counter()
@@ -130,11 +139,7 @@ class BareActor:
     process from what walle_ray's sampler and transfers add."""
 
     def __init__(self, env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, seed: int):
-        torch.set_num_threads(1)
-        obs_space, action_space = env_spaces(env_cfg)
-        model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
-        model.set_weights(weights)
-        self.bare = BareLoop(env_cfg, model, seed)
+        self.bare = BareLoop(env_cfg, policy(env_cfg, model_cfg, weights), seed)
 
     def run(self, rounds: int, steps: int) -> None:
         for _ in range(rounds):
@@ -145,11 +150,7 @@ def in_plain_process(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, 
     """Env steps/s of the bare loop and of ``Sampler.collect`` in a fresh process of its own
     (no Ray), alternating: the driver process is one draw of a per-process speed that varies
     by several percent, as each actor process is."""
-    torch.set_num_threads(1)
-    obs_space, action_space = env_spaces(env_cfg)
-    model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
-    model.set_weights(weights)
-    bare = BareLoop(env_cfg, model, args.seed)
+    bare = BareLoop(env_cfg, policy(env_cfg, model_cfg, weights), args.seed)
     sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
     sampler.set_weights(weights, 0)
     per_round = args.fragment_length * env_cfg.envs_per_sampler
@@ -236,10 +237,11 @@ def main() -> None:
     overhead_stream = 1 - median["stream"] / median["bare"]
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
+    in_actor = 1 - median["bare_in_actor"] / median["bare"]
+    in_actor_no_preload = 1 - median["bare_in_actor_no_preload"] / median["bare"]
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
-          f"the bare loop itself runs {1 - median['bare_in_actor'] / median['bare']:.1%} slower "
-          f"inside a Ray actor ({1 - median['bare_in_actor_no_preload'] / median['bare']:.1%} "
-          "without the preload)")
+          f"the bare loop itself runs {in_actor:.1%} slower inside a Ray actor "
+          f"({in_actor_no_preload:.1%} without the preload)")
     result = {
         "command": shlex.join(["python", *sys.argv]),
         "target": {"overhead_below": TARGET_OVERHEAD},
@@ -253,8 +255,8 @@ def main() -> None:
         "overhead_sampler_in_process": 1 - median["sampler"] / median["bare"],
         # Diagnostics: the bare loop itself inside a Ray actor process, and the fleet paths
         # measured against that rather than against the plain process.
-        "slowdown_bare_in_actor": 1 - median["bare_in_actor"] / median["bare"],
-        "slowdown_bare_in_actor_no_preload": 1 - median["bare_in_actor_no_preload"] / median["bare"],
+        "slowdown_bare_in_actor": in_actor,
+        "slowdown_bare_in_actor_no_preload": in_actor_no_preload,
         "overhead_vs_bare_in_actor": 1 - median["fleet"] / median["bare_in_actor"],
         "overhead_streaming_vs_bare_in_actor": 1 - median["stream"] / median["bare_in_actor"],
         "met_target": overhead < TARGET_OVERHEAD,

@@ -43,6 +43,10 @@ class Sampler:
         self.model.set_weights(weights)
         self.version = version
 
+    def _value(self, obs: np.ndarray) -> np.ndarray:
+        """State values of ``obs`` (called under the fragment's inference mode)."""
+        return self.model(torch.from_numpy(obs))[1].numpy()
+
     @torch.inference_mode()
     def collect(self, ask_at: int = -1, ask: Callable[[], None] | None = None) -> tuple[Rollout, dict]:
         """One fragment, and stats of the episodes that ended during it.
@@ -79,17 +83,17 @@ class Sampler:
             if ended is not None:
                 rows = np.flatnonzero(truncated_t[t])
                 if rows.size:
-                    final_v_t[t, rows] = model(torch.from_numpy(ended.final_obs[rows]))[1].numpy()
+                    final_v_t[t, rows] = self._value(ended.final_obs[rows])
                 returns += ended.episode_returns
                 lengths += ended.episode_lengths
         self.obs = last_obs
-        last_v = model(torch.from_numpy(last_obs))[1].numpy()
+        last_v = self._value(last_obs)
         self.total_steps += T * B
         rollout = Rollout(obs_t=obs_t, action_t=torch.stack(actions).numpy(), reward_t=reward_t,
                           terminated_t=terminated_t, truncated_t=truncated_t,
                           logp_t=torch.stack(logps).numpy(),
-                          dist_t=torch.stack(params).float().numpy(),
-                          v_t=torch.stack(values).float().numpy(), final_v_t=final_v_t,
+                          dist_t=torch.stack(params).numpy(),
+                          v_t=torch.stack(values).numpy(), final_v_t=final_v_t,
                           return_t=self._discounted_returns(reward_t, terminated_t, truncated_t),
                           last_obs=last_obs, last_v=last_v,
                           version_b=np.full(B, self.version, np.int64),

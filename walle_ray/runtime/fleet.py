@@ -83,10 +83,11 @@ def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_
 
     threads = cfg.learner.torch_threads or max(1, int(plan.learner_cpus))
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
+    runtime_env = role_runtime_env(cfg.run.ray_preload)
     learners = [
         remote.RemoteLearner.options(name=f"walle/learner-{j}", num_cpus=plan.learner_cpus,
                                      num_gpus=plan.learner_gpus,
-                                     runtime_env=role_runtime_env(cfg.run.ray_preload)).remote(
+                                     runtime_env=runtime_env).remote(
             cfg, obs_space, action_space, device=device, threads=threads)
         for j in range(topo.learners)]
     if topo.learners > 1:
@@ -170,6 +171,7 @@ class RayRoles:
         self.plan = plan
         self.timeout_s = timeout_s
         self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
+        self.sampler_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
         self.memories: list = []
@@ -185,7 +187,7 @@ class RayRoles:
         source = "walle/ps" if self.ps is not None else "walle/learner-0"
         return self.remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
-            runtime_env=role_runtime_env(self.cfg.run.ray_preload), **options).remote(
+            runtime_env=self.sampler_env, **options).remote(
             source, *args, memory=memory, sampler_cls=cls)
 
     def _get(self, refs, role: str, restartable: bool = False):
