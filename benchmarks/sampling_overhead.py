@@ -1,15 +1,19 @@
 """Sampling overhead: env steps/s of one Ray sampler against a bare loop doing the same work.
 
-    python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah] [--rounds 50]
-                                           [--repeats 5] [--fragment-length 128]
+    python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah] [--fragment-length 128]
+                                           [--rounds N] [--repeats 5]
 
-Six ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
+Seven ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
 ``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
-sampled actions with their log-probabilities):
+sampled actions with their log-probabilities; the critic is not run to act, so the bare
+loop never runs it, and the sampler's one batched value pass per fragment counts as its
+overhead):
 
   bare     a plain gymnasium loop over the envs with batched inference, in a fresh plain
            process (no Ray) and without walle_ray's sampler or env code;
   sampler  ``Sampler.collect()`` in that same process: the framework without Ray;
+  sampler_critic_per_step  (a diagnostic) the same with the critic run at every step beside
+           the policy, instead of once per fragment on all its observations;
   fleet    one ``RemoteSampler`` actor (num_cpus 0.95), started as walle_ray starts its
            samplers, that already holds the weights;
            this driver fetches whole fragments back to back, so a Ray round trip and the
@@ -24,11 +28,16 @@ sampled actions with their log-probabilities):
   bare_in_actor_no_preload  the same in an actor started Ray's default way, which imports
            torch only after joining: 10-15% slower on this machine.
 
-Each is timed over ``--rounds`` fragments, ``--repeats`` times, each time in new processes
-(one plain process for bare and sampler, new actors for the rest); the medians are
-compared. Writes benchmarks/results/sampling_overhead[_<env>].json.
+Each is timed over ``--rounds`` fragments (by default as many as make 6400 steps per env),
+``--repeats`` times, each time in new processes (one plain process for bare and sampler, new
+actors for the rest). Each repeat times the plain process before and after the actors, and
+compares every way with the bare loop of its own repeat; the overheads are the medians of
+those ratios, so the machine's drift from one repeat to the next cancels. Writes
+benchmarks/results/sampling_overhead[_<env>][_f<fragment length>].json (no ``_f`` at 128).
 
-Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths.
+Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths. The fleet's
+cost is mostly a fixed cost per fragment (its Ray calls), so it shrinks with longer
+fragments: run with ``--fragment-length 512`` or ``2048`` to see by how much.
 """
 
 from __future__ import annotations
@@ -80,7 +89,7 @@ class BareLoop:
     @torch.inference_mode()
     def run(self, steps: int) -> None:
         for _ in range(steps):
-            params, _value = self.model(torch.from_numpy(self.obs))
+            params = self.model.policy(torch.from_numpy(self.obs))  # acting needs no value
             action, _logp = self.model.head.act(params)
             actions = action.numpy()
             if self.bounds is not None:
@@ -146,23 +155,32 @@ class BareActor:
             self.bare.run(steps)
 
 
-def in_plain_process(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args) -> dict:
-    """Env steps/s of the bare loop and of ``Sampler.collect`` in a fresh process of its own
-    (no Ray), alternating: the driver process is one draw of a per-process speed that varies
-    by several percent, as each actor process is."""
-    bare = BareLoop(env_cfg, policy(env_cfg, model_cfg, weights), args.seed)
-    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
-    sampler.set_weights(weights, 0)
-    per_round = args.fragment_length * env_cfg.envs_per_sampler
-    ways = {"bare": lambda: bare.run(args.fragment_length), "sampler": sampler.collect}
+_PLAIN: dict = {}  # in the plain process: its bare loop and sampler, kept for the whole repeat
+
+
+def start_plain(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args) -> None:
+    """Pool initializer: the bare loop and ``Sampler`` of a fresh plain process (no Ray)."""
+    samplers = [Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed) for _ in range(2)]
+    for sampler in samplers:
+        sampler.set_weights(weights, 0)
+    samplers[1].model.separate_critic = False  # runs the critic at every step, as it once did
+    _PLAIN.update(bare=BareLoop(env_cfg, policy(env_cfg, model_cfg, weights), args.seed),
+                  sampler=samplers[0], sampler_critic_per_step=samplers[1], args=args,
+                  per_round=args.fragment_length * env_cfg.envs_per_sampler)
+
+
+def time_plain() -> dict:
+    """Env steps/s of the bare loop and of ``Sampler.collect`` in the plain process,
+    alternating, each over ``--rounds`` fragments."""
+    args = _PLAIN["args"]
+    ways = {"bare": lambda: _PLAIN["bare"].run(args.fragment_length), "sampler": _PLAIN["sampler"].collect,
+            "sampler_critic_per_step": _PLAIN["sampler_critic_per_step"].collect}
     for fn in ways.values():  # warm-up
         fn()
     rates: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(2):
         for name, fn in ways.items():
-            rates[name].append(steps_per_s(fn, args.rounds // 2, per_round))
-    bare.close()
-    sampler.close()
+            rates[name].append(steps_per_s(fn, args.rounds // 2, _PLAIN["per_round"]))
     return {name: statistics.mean(values) for name, values in rates.items()}
 
 
@@ -175,43 +193,53 @@ def fetch_fragment(worker) -> None:
 def measure(env_cfg: DictConfig, args) -> dict[str, list[float]]:
     """Env steps/s of each way to collect, one value per repeat. Each repeat starts a fresh
     plain process and fresh actors: the speed of one process varies by several percent from
-    one process to the next (with its memory layout), so every repeat draws new ones."""
+    one process to the next (with its memory layout), so every repeat draws new ones. The
+    plain process is timed before and after the actors, and the bare loop's rate of a repeat
+    is the mean of the two, so the machine's drift over a repeat cancels in its ratios."""
     model_cfg = OmegaConf.structured(ModelConfig())
     obs_space, action_space = env_spaces(env_cfg)
     torch.manual_seed(args.seed)
     model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
     weights = model.get_weights()
-    per_round = args.fragment_length * env_cfg.envs_per_sampler
     spawn = multiprocessing.get_context("spawn")
     rates: dict[str, list[float]] = {}
     for _ in range(args.repeats):
-        with spawn.Pool(1) as pool:
-            for name, rate in pool.apply(in_plain_process, (env_cfg, model_cfg, weights, args)).items():
-                rates.setdefault(name, []).append(rate)
-        ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
-        sink = Sink.remote()
-        streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
-            ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink)
-        bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
-            env_cfg, model_cfg, weights, args.seed)
-        bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed)
-        # (call, fragments per call): the streaming and bare actors run all rounds in one call.
-        ways = {"fleet": (lambda: fetch_fragment(worker), 1),
-                "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
-        for name, actor in (("bare_in_actor", bare_actor), ("bare_in_actor_no_preload", bare_plain_actor)):
-            ways[name] = (lambda a=actor: ray.get(a.run.remote(args.rounds, args.fragment_length)),
-                          args.rounds)
-        try:
-            fetch_fragment(worker)  # warm-up; the actors also finish starting
-            ray.get(streamer.run.remote(2))
-            ray.get([a.run.remote(2, args.fragment_length) for a in (bare_actor, bare_plain_actor)])
-            for name, (fn, per_call) in ways.items():
-                calls = args.rounds // per_call
-                rates.setdefault(name, []).append(steps_per_s(fn, calls, per_round * per_call))
-        finally:
-            for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor):
-                ray.kill(handle)
+        with spawn.Pool(1, initializer=start_plain, initargs=(env_cfg, model_cfg, weights, args)) as pool:
+            before = pool.apply(time_plain)
+            measured = measure_actors(env_cfg, model_cfg, weights, args)
+            after = pool.apply(time_plain)
+        for name in before:  # the plain process before and after the actors: drift cancels
+            rates.setdefault(name, []).append((before[name] + after[name]) / 2)
+        for name, rate in measured.items():
+            rates.setdefault(name, []).append(rate)
     return rates
+
+
+def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args) -> dict[str, float]:
+    """Env steps/s of the ways that run in Ray actors, in fresh actors."""
+    per_round = args.fragment_length * env_cfg.envs_per_sampler
+    ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
+    sink = Sink.remote()
+    streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
+        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink)
+    bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
+        env_cfg, model_cfg, weights, args.seed)
+    bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed)
+    # (call, fragments per call): the streaming and bare actors run all rounds in one call.
+    ways = {"fleet": (lambda: fetch_fragment(worker), 1),
+            "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
+    for name, actor in (("bare_in_actor", bare_actor), ("bare_in_actor_no_preload", bare_plain_actor)):
+        ways[name] = (lambda a=actor: ray.get(a.run.remote(args.rounds, args.fragment_length)),
+                      args.rounds)
+    try:
+        fetch_fragment(worker)  # warm-up; the actors also finish starting
+        ray.get(streamer.run.remote(2))
+        ray.get([a.run.remote(2, args.fragment_length) for a in (bare_actor, bare_plain_actor)])
+        return {name: steps_per_s(fn, args.rounds // per_call, per_round * per_call)
+                for name, (fn, per_call) in ways.items()}
+    finally:
+        for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor):
+            ray.kill(handle)
 
 
 def main() -> None:
@@ -220,11 +248,14 @@ def main() -> None:
                    help="env group option from conf/env")
     p.add_argument("--fragment-length", type=int, default=128,
                    help="steps per env per fragment (128: CartPole's preset with 2 samplers)")
-    p.add_argument("--rounds", type=int, default=50, help="fragments per timed measurement")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="fragments per timed measurement (default: 6400 steps per env)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved measurements per way")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the result instead of writing it")
     args = p.parse_args()
+    if args.rounds is None:
+        args.rounds = max(4, 6400 // args.fragment_length)
 
     torch.set_num_threads(1)  # the same single inference thread a sampler uses
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
@@ -233,15 +264,22 @@ def main() -> None:
     ray.shutdown()
 
     median = {name: statistics.median(values) for name, values in rates.items()}
-    overhead = 1 - median["fleet"] / median["bare"]
-    overhead_stream = 1 - median["stream"] / median["bare"]
+
+    def slower(way: str, than: str = "bare") -> float:
+        """Median over repeats of 1 - way / than, each repeat's pair measured together."""
+        return statistics.median(1 - a / b for a, b in zip(rates[way], rates[than]))
+
+    overhead, overhead_stream = slower("fleet"), slower("stream")
+    in_actor, in_actor_no_preload = slower("bare_in_actor"), slower("bare_in_actor_no_preload")
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
-    in_actor = 1 - median["bare_in_actor"] / median["bare"]
-    in_actor_no_preload = 1 - median["bare_in_actor_no_preload"] / median["bare"]
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
-          f"the bare loop itself runs {in_actor:.1%} slower inside a Ray actor "
-          f"({in_actor_no_preload:.1%} without the preload)")
+          f"the sampler in a plain process {slower('sampler'):.1%}; the bare loop itself runs "
+          f"{in_actor:.1%} slower inside a Ray actor ({in_actor_no_preload:.1%} without the preload)")
+    critic_speedup = statistics.median(
+        a / b for a, b in zip(rates["sampler"], rates["sampler_critic_per_step"]))
+    print(f"the sampler running its critic once per fragment makes {critic_speedup:.2f}x the "
+          f"env steps/s of one running it every step")
     result = {
         "command": shlex.join(["python", *sys.argv]),
         "target": {"overhead_below": TARGET_OVERHEAD},
@@ -250,19 +288,23 @@ def main() -> None:
                   "repeats": args.repeats, "model": "ModelConfig defaults", "torch_threads": 1},
         "env_steps_per_s": rates,
         "env_steps_per_s_median": median,
+        # Each a median over repeats of 1 - rate / the bare loop's rate in the same repeat.
         "overhead": overhead,
         "overhead_streaming": overhead_stream,
-        "overhead_sampler_in_process": 1 - median["sampler"] / median["bare"],
+        "overhead_sampler_in_process": slower("sampler"),
+        "speedup_of_the_batched_critic": critic_speedup,
         # Diagnostics: the bare loop itself inside a Ray actor process, and the fleet paths
         # measured against that rather than against the plain process.
         "slowdown_bare_in_actor": in_actor,
         "slowdown_bare_in_actor_no_preload": in_actor_no_preload,
-        "overhead_vs_bare_in_actor": 1 - median["fleet"] / median["bare_in_actor"],
-        "overhead_streaming_vs_bare_in_actor": 1 - median["stream"] / median["bare_in_actor"],
+        "overhead_vs_bare_in_actor": slower("fleet", "bare_in_actor"),
+        "overhead_streaming_vs_bare_in_actor": slower("stream", "bare_in_actor"),
         "met_target": overhead < TARGET_OVERHEAD,
         "met_target_streaming": overhead_stream < TARGET_OVERHEAD,
     }
     name = "sampling_overhead" if args.env == "cartpole" else f"sampling_overhead_{args.env}"
+    if args.fragment_length != 128:
+        name += f"_f{args.fragment_length}"
     write_result(name, result, args.dry_run)
 
 

@@ -66,6 +66,38 @@ def test_truncation_records_the_value_of_the_final_observation():
     assert (r.final_v_t[[0, 1, 2, 3, 5, 6]] == 0).all()
 
 
+def test_values_computed_per_fragment_match_the_full_forward_pass():
+    """A separate critic is run once per fragment, on all T + 1 observations; the values
+    and the policy outputs it records are what one full forward pass per step gives."""
+    s = make_sampler(T=7)
+    assert s.model.separate_critic
+    r, _ = s.collect()
+    with torch.no_grad():
+        obs = torch.from_numpy(np.concatenate([r.obs_t, r.last_obs[None]]).reshape(-1, 1))
+        params, values = s.model(obs)
+    np.testing.assert_allclose(r.v_t, values[:14].view(7, 2).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(r.last_v, values[14:].numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(r.dist_t, params[:14].view(7, 2, -1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("space", ["box", "image"])
+def test_policy_and_value_alone_match_the_forward_pass(space):
+    import gymnasium as gym
+
+    if space == "box":
+        obs_space, act_space = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,))
+        obs = torch.randn(5, 3)
+    else:
+        obs_space, act_space = gym.spaces.Box(0, 255, (4, 42, 42), np.uint8), gym.spaces.Discrete(6)
+        obs = torch.randint(0, 256, (5, 4, 42, 42), dtype=torch.uint8)
+    model = make_actor_critic(obs_space, act_space, OmegaConf.structured(ModelConfig()), normalize_obs=True)
+    assert model.separate_critic == (space == "box")  # a shared torso would run twice
+    with torch.no_grad():
+        params, value = model(obs)
+        torch.testing.assert_close(model.policy(obs), params)
+        torch.testing.assert_close(model.value(obs), value)
+
+
 def test_concat_joins_along_envs():
     s = make_sampler()
     a, _ = s.collect()

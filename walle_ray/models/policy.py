@@ -109,20 +109,37 @@ class ActorCritic(nn.Module):
             self.pi = MLP([*sizes, out], cfg.activation, cfg.ortho_init, 0.01)
             self.v = MLP([*sizes, 1], cfg.activation, cfg.ortho_init, 1.0)
         self.gaussian = gaussian
+        # Whether the value can be computed apart from the policy at no extra cost: true for
+        # the separate MLPs, false for a shared conv torso (it would run twice).
+        self.separate_critic = not self.image
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [N, *obs_shape] -> (distribution params [N, D], value [N])."""
+        h = self._features(obs)
+        return self._params(self.pi(h)), self.v(h).squeeze(-1)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Distribution params alone: for vector observations the critic MLP is not run,
+        which a sampler uses to act step by step and compute the values of a whole fragment
+        in one batch afterwards (``separate_critic``)."""
+        return self._params(self.pi(self._features(obs)))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values [N] alone."""
+        return self.v(self._features(obs)).squeeze(-1)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the heads read: the conv torso's output for frames; for vectors, the
+        flattened (and normalised, when on) observation."""
         if self.image:
-            h = self.torso(obs)
-            params, value = self.pi(h), self.v(h)
-        else:
-            x = obs.reshape(obs.shape[0], -1).float()
-            if self.obs_norm is not None:
-                x = self.obs_norm(x)
-            params, value = self.pi(x), self.v(x)
+            return self.torso(obs)
+        x = obs.reshape(obs.shape[0], -1).float()
+        return x if self.obs_norm is None else self.obs_norm(x)
+
+    def _params(self, out: torch.Tensor) -> torch.Tensor:
         if self.gaussian:
-            params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
-        return params, value.squeeze(-1)
+            return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """State dict as numpy arrays: what travels through the Ray object store."""

@@ -38,7 +38,7 @@ class ActorCriticPolicy:
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray) -> np.ndarray:
-        params, _ = self.model(torch.from_numpy(obs))
+        params = self.model.policy(torch.from_numpy(obs))
         return self.model.head.act(params, self.deterministic)[0].numpy()
 
 
