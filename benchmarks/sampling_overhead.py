@@ -265,19 +265,21 @@ def main() -> None:
 
     median = {name: statistics.median(values) for name, values in rates.items()}
 
-    def slower(way: str, than: str = "bare") -> float:
-        """Median over repeats of 1 - way / than, each repeat's pair measured together."""
-        return statistics.median(1 - a / b for a, b in zip(rates[way], rates[than]))
+    def ratio(way: str, than: str) -> float:
+        """Median over repeats of way / than, each repeat's pair measured together."""
+        return statistics.median(a / b for a, b in zip(rates[way], rates[than]))
 
-    overhead, overhead_stream = slower("fleet"), slower("stream")
+    def slower(way: str, than: str = "bare") -> float:
+        return 1 - ratio(way, than)
+
+    overhead, overhead_stream, in_process = slower("fleet"), slower("stream"), slower("sampler")
     in_actor, in_actor_no_preload = slower("bare_in_actor"), slower("bare_in_actor_no_preload")
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
-          f"the sampler in a plain process {slower('sampler'):.1%}; the bare loop itself runs "
+          f"the sampler in a plain process {in_process:.1%}; the bare loop itself runs "
           f"{in_actor:.1%} slower inside a Ray actor ({in_actor_no_preload:.1%} without the preload)")
-    critic_speedup = statistics.median(
-        a / b for a, b in zip(rates["sampler"], rates["sampler_critic_per_step"]))
+    critic_speedup = ratio("sampler", "sampler_critic_per_step")
     print(f"the sampler running its critic once per fragment makes {critic_speedup:.2f}x the "
           f"env steps/s of one running it every step")
     result = {
@@ -291,7 +293,7 @@ def main() -> None:
         # Each a median over repeats of 1 - rate / the bare loop's rate in the same repeat.
         "overhead": overhead,
         "overhead_streaming": overhead_stream,
-        "overhead_sampler_in_process": slower("sampler"),
+        "overhead_sampler_in_process": in_process,
         "speedup_of_the_batched_critic": critic_speedup,
         # Diagnostics: the bare loop itself inside a Ray actor process, and the fleet paths
         # measured against that rather than against the plain process.
