@@ -1,7 +1,7 @@
 """Sampling overhead: env steps/s of one Ray sampler against a bare loop doing the same work.
 
-    python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah] [--fragment-length 128]
-                                           [--rounds N] [--repeats 5]
+    python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah|pong]
+                                           [--fragment-length L] [--rounds N] [--repeats 5]
 
 Seven ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
 ``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
@@ -10,17 +10,21 @@ loop never runs it, and the sampler's one batched value pass per fragment counts
 overhead):
 
   bare     a plain gymnasium loop over the envs with batched inference, in a fresh plain
-           process (no Ray) and without walle_ray's sampler or env code;
+           process (no Ray) and without walle_ray's sampler or env code (for Pong, the
+           ``ale_py.AtariVectorEnv`` a sampler steps, with the same settings, stepped
+           directly);
   sampler  ``Sampler.collect()`` in that same process: the framework without Ray;
-  sampler_critic_per_step  (a diagnostic) the same with the critic run at every step beside
-           the policy, instead of once per fragment on all its observations;
+  sampler_critic_per_step  (a diagnostic, for vector observations) the same with the critic
+           run at every step beside the policy, instead of once per fragment on all its
+           observations (Pong's conv net shares its torso, so its sampler always runs both);
   fleet    one ``RemoteSampler`` actor (num_cpus 0.95), started as walle_ray starts its
            samplers, that already holds the weights;
            this driver fetches whole fragments back to back, so a Ray round trip and the
            fragment's transfer count once per fragment (the synchronous, PPO path);
-  stream   the same actor in streaming mode (``run``, the asynchronous path): it pushes
+  stream   a sampler actor in streaming mode (``run``, the asynchronous path): it pushes
            every fragment into a memory actor (here a sink that drops it) while it collects
-           the next, as IMPALA's samplers do;
+           the next, and skips the value of each fragment's last observation, as IMPALA's
+           samplers do (its learners compute that value);
   bare_in_actor  (a diagnostic) the bare loop inside a Ray actor started as walle_ray starts
            samplers, with torch imported before the process joins Ray
            (``walle_ray/runtime/preload.py``); against this row, the fleet's numbers show
@@ -28,12 +32,14 @@ overhead):
   bare_in_actor_no_preload  the same in an actor started Ray's default way, which imports
            torch only after joining: 10-15% slower on this machine.
 
-Each is timed over ``--rounds`` fragments (by default as many as make 6400 steps per env),
+Each is timed over ``--rounds`` fragments (by default as many as make 6400 steps per env; 800
+for Pong, whose steps cost 30 times as much),
 ``--repeats`` times, each time in new processes (one plain process for bare and sampler, new
 actors for the rest). Each repeat times the plain process before and after the actors, and
 compares every way with the bare loop of its own repeat; the overheads are the medians of
 those ratios, so the machine's drift from one repeat to the next cancels. Writes
-benchmarks/results/sampling_overhead[_<env>][_f<fragment length>].json (no ``_f`` at 128).
+benchmarks/results/sampling_overhead[_<env>][_f<fragment length>].json (no ``_f`` at the
+env's default length: 128, and 20 for Pong, the 20-step unrolls of ``preset=impala_pong``).
 
 Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths. The fleet's
 cost is mostly a fixed cost per fragment (its Ray calls), so it shrinks with longer
@@ -58,7 +64,7 @@ from omegaconf import DictConfig, OmegaConf
 from common import ROOT, write_result
 from walle_ray.actors.sampler import Sampler
 from walle_ray.config import EnvConfig, ModelConfig
-from walle_ray.envs import env_spaces
+from walle_ray.envs import env_spaces, make_vector_env
 from walle_ray.models import ActorCritic, make_actor_critic
 from walle_ray.runtime.preload import worker_runtime_env
 from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
@@ -107,6 +113,32 @@ class BareLoop:
             env.close()
 
 
+class BareAtariLoop:
+    """The same for Atari: the sampler's own ``ale_py.AtariVectorEnv`` (frames preprocessed,
+    stacked and autoreset in C++), stepped directly rather than through walle_ray's
+    ``AtariEnv`` (which copies frames into the fragment and keeps episode records)."""
+
+    def __init__(self, env_cfg: DictConfig, model: ActorCritic, seed: int):
+        self.model = model
+        self.env = make_vector_env(env_cfg).env
+        self.obs, _ = self.env.reset(seed=seed)
+
+    @torch.inference_mode()
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            action, _logp = self.model.head.act(self.model.policy(torch.from_numpy(self.obs)))
+            self.obs, _reward, _terminated, _truncated, _info = self.env.step(action.numpy())
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def bare_loop(env_cfg: DictConfig, model: ActorCritic, seed: int):
+    """The bare loop for this env: Atari's vector env, or a list of gymnasium envs."""
+    cls = BareAtariLoop if env_cfg.id.startswith("ALE/") else BareLoop
+    return cls(env_cfg, model, seed)
+
+
 def policy(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict) -> ActorCritic:
     """The benchmark's policy, with ``weights``, in this process (one torch thread)."""
     torch.set_num_threads(1)
@@ -148,7 +180,7 @@ class BareActor:
     process from what walle_ray's sampler and transfers add."""
 
     def __init__(self, env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, seed: int):
-        self.bare = BareLoop(env_cfg, policy(env_cfg, model_cfg, weights), seed)
+        self.bare = bare_loop(env_cfg, policy(env_cfg, model_cfg, weights), seed)
 
     def run(self, rounds: int, steps: int) -> None:
         for _ in range(rounds):
@@ -160,21 +192,24 @@ _PLAIN: dict = {}  # in the plain process: its bare loop and sampler, kept for t
 
 def start_plain(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args) -> None:
     """Pool initializer: the bare loop and ``Sampler`` of a fresh plain process (no Ray)."""
-    samplers = [Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed) for _ in range(2)]
-    for sampler in samplers:
-        sampler.set_weights(weights, 0)
-    samplers[1].model.separate_critic = False  # runs the critic at every step, as it once did
-    _PLAIN.update(bare=BareLoop(env_cfg, policy(env_cfg, model_cfg, weights), args.seed),
-                  sampler=samplers[0], sampler_critic_per_step=samplers[1], args=args,
-                  per_round=args.fragment_length * env_cfg.envs_per_sampler)
+    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+    sampler.set_weights(weights, 0)
+    _PLAIN.update(bare=bare_loop(env_cfg, policy(env_cfg, model_cfg, weights), args.seed),
+                  sampler=sampler, args=args, per_round=args.fragment_length * env_cfg.envs_per_sampler)
+    if sampler.model.separate_critic:  # the diagnostic: the critic at every step, as it once ran
+        per_step = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+        per_step.set_weights(weights, 0)
+        per_step.model.separate_critic = False
+        _PLAIN["sampler_critic_per_step"] = per_step
 
 
 def time_plain() -> dict:
     """Env steps/s of the bare loop and of ``Sampler.collect`` in the plain process,
     alternating, each over ``--rounds`` fragments."""
     args = _PLAIN["args"]
-    ways = {"bare": lambda: _PLAIN["bare"].run(args.fragment_length), "sampler": _PLAIN["sampler"].collect,
-            "sampler_critic_per_step": _PLAIN["sampler_critic_per_step"].collect}
+    ways = {"bare": lambda: _PLAIN["bare"].run(args.fragment_length), "sampler": _PLAIN["sampler"].collect}
+    if "sampler_critic_per_step" in _PLAIN:
+        ways["sampler_critic_per_step"] = _PLAIN["sampler_critic_per_step"].collect
     for fn in ways.values():  # warm-up
         fn()
     rates: dict[str, list[float]] = {name: [] for name in ways}
@@ -221,7 +256,8 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
     ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
     sink = Sink.remote()
     streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
-        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink)
+        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink,
+        bootstrap_value=False)  # as IMPALA starts its samplers
     bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
         env_cfg, model_cfg, weights, args.seed)
     bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed)
@@ -244,18 +280,23 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env", choices=("cartpole", "halfcheetah"), default="cartpole",
+    p.add_argument("--env", choices=("cartpole", "halfcheetah", "pong"), default="cartpole",
                    help="env group option from conf/env")
-    p.add_argument("--fragment-length", type=int, default=128,
-                   help="steps per env per fragment (128: CartPole's preset with 2 samplers)")
+    p.add_argument("--fragment-length", type=int, default=None,
+                   help="steps per env per fragment (default 128, CartPole's preset with 2 "
+                        "samplers; 20 for Pong, preset=impala_pong's unrolls)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="fragments per timed measurement (default: 6400 steps per env)")
+                   help="fragments per timed measurement (default: 6400 steps per env, 800 for Pong)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved measurements per way")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the result instead of writing it")
     args = p.parse_args()
+    atari = args.env == "pong"
+    default_length = 20 if atari else 128
+    if args.fragment_length is None:
+        args.fragment_length = default_length
     if args.rounds is None:
-        args.rounds = max(4, 6400 // args.fragment_length)
+        args.rounds = max(4, (800 if atari else 6400) // args.fragment_length)
 
     torch.set_num_threads(1)  # the same single inference thread a sampler uses
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
@@ -279,9 +320,11 @@ def main() -> None:
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
           f"the sampler in a plain process {in_process:.1%}; the bare loop itself runs "
           f"{in_actor:.1%} slower inside a Ray actor ({in_actor_no_preload:.1%} without the preload)")
-    critic_speedup = ratio("sampler", "sampler_critic_per_step")
-    print(f"the sampler running its critic once per fragment makes {critic_speedup:.2f}x the "
-          f"env steps/s of one running it every step")
+    critic_speedup = None
+    if "sampler_critic_per_step" in rates:
+        critic_speedup = ratio("sampler", "sampler_critic_per_step")
+        print(f"the sampler running its critic once per fragment makes {critic_speedup:.2f}x the "
+              f"env steps/s of one running it every step")
     result = {
         "command": shlex.join(["python", *sys.argv]),
         "target": {"overhead_below": TARGET_OVERHEAD},
@@ -305,7 +348,7 @@ def main() -> None:
         "met_target_streaming": overhead_stream < TARGET_OVERHEAD,
     }
     name = "sampling_overhead" if args.env == "cartpole" else f"sampling_overhead_{args.env}"
-    if args.fragment_length != 128:
+    if args.fragment_length != default_length:
         name += f"_f{args.fragment_length}"
     write_result(name, result, args.dry_run)
 

@@ -18,8 +18,8 @@ from walle_ray.topology import parse_topology
 def learner_and_rollout(*overrides):
     cfg = make_cfg("topology=local", *overrides)
     topo = parse_topology("local")
-    cls, args = sampler_spec(cfg, topo, 0)
-    sampler = cls(*args)
+    cls, args, kwargs = sampler_spec(cfg, topo, 0)
+    sampler = cls(*args, **kwargs)
     learner = Learner(cfg, *env_spaces(cfg.env))
     sampler.set_weights(learner.model.get_weights(), 0)
     rollout, _ = sampler.collect()

@@ -80,6 +80,35 @@ def test_values_computed_per_fragment_match_the_full_forward_pass():
     np.testing.assert_allclose(r.dist_t, params[:14].view(7, 2, -1).numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_without_the_bootstrap_value_the_rest_is_unchanged():
+    """``bootstrap_value=False`` (IMPALA's samplers) leaves ``last_v`` NaN and every other
+    field as the default sampler writes it from the same seed and weights."""
+    with_v, without = make_sampler(), Sampler(counting(), OmegaConf.structured(ModelConfig()),
+                                              fragment_length=7, gamma=0.5, bootstrap_value=False)
+    without.set_weights(with_v.model.get_weights(), 0)
+    with_v.set_weights(with_v.model.get_weights(), 0)
+    torch.manual_seed(1)
+    a, _ = with_v.collect()
+    torch.manual_seed(1)
+    b, _ = without.collect()
+    assert np.isnan(b.last_v).all() and b.last_v.shape == a.last_v.shape
+    for name in ("obs_t", "action_t", "reward_t", "terminated_t", "logp_t", "dist_t", "v_t",
+                 "final_v_t", "last_obs"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("algo,bootstrap", [("ppo", True), ("ppo_kl", True), ("impala", False)])
+def test_samplers_skip_the_bootstrap_value_only_where_learners_compute_it(algo, bootstrap):
+    """PPO's GAE reads the sampler's ``last_v``; IMPALA's V-trace values the last
+    observation with the learner's own network."""
+    from conftest import make_cfg
+    from walle_ray.runtime.fleet import sampler_spec
+    from walle_ray.topology import parse_topology
+
+    cls, _args, kwargs = sampler_spec(make_cfg(f"algo={algo}", "topology=local"), parse_topology("local"), 0)
+    assert cls is Sampler and kwargs == {"bootstrap_value": bootstrap}
+
+
 @pytest.mark.parametrize("space", ["box", "image"])
 def test_policy_and_value_alone_match_the_forward_pass(space):
     import gymnasium as gym

@@ -25,7 +25,8 @@ class Rollout:
     final_v_t: np.ndarray  # [T, B] float32 value of the final observation where truncated_t, else 0
     return_t: np.ndarray  # [T, B] float32 running discounted return (zeros unless env.normalize_reward)
     last_obs: np.ndarray  # [B, *obs_shape] observation after the fragment (for bootstrapping)
-    last_v: np.ndarray  # [B] float32 behaviour value of last_obs
+    last_v: np.ndarray  # [B] float32 behaviour value of last_obs (NaN where the algorithm's
+    #                     learners compute it themselves: Algorithm.learner_bootstraps)
     version_b: np.ndarray  # [B] int64 version of the weights that acted, per row
     replayed_b: np.ndarray  # [B] bool, the row came from a replay buffer (not the on-policy queue)
 

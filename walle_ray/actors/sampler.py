@@ -22,12 +22,18 @@ class Sampler:
     """
 
     def __init__(self, env_cfg: EnvConfig, model_cfg: ModelConfig, fragment_length: int,
-                 gamma: float, index: int = 0, seed: int = 0, deterministic: bool = False):
+                 gamma: float, index: int = 0, seed: int = 0, deterministic: bool = False,
+                 bootstrap_value: bool = True):
+        """``bootstrap_value``: compute ``last_v``, the value of the observation after the
+        fragment. Algorithms whose learners compute it themselves (IMPALA) turn it off; for
+        a conv net that saves one forward pass per fragment. Off, ``last_v`` is NaN, so a
+        learner that reads it anyway fails loudly instead of learning from zeros."""
         torch.set_num_threads(1)  # many samplers share few cores; intra-op threads only contend
         self.index = index
         self.fragment_length = fragment_length
         self.gamma = gamma
         self.deterministic = deterministic
+        self.bootstrap_value = bootstrap_value
         self.env = make_vector_env(env_cfg)
         self.model = make_actor_critic(self.env.observation_space, self.env.action_space,
                                        model_cfg, env_cfg.normalize_obs)
@@ -59,8 +65,9 @@ class Sampler:
         while the fragment's last steps run (``SamplerWorker``).
 
         With a separate critic (vector observations) each step runs the policy alone, and the
-        values of all T + 1 observations are computed in one batch once the fragment ends:
-        the critic costs one forward pass per fragment instead of one per step."""
+        values of all T + 1 observations (T without ``bootstrap_value``) are computed in one
+        batch once the fragment ends: the critic costs one forward pass per fragment instead
+        of one per step."""
         t0 = time.perf_counter()
         T, B = self.fragment_length, self.env.num_envs
         model, head, deterministic, step = self.model, self.model.head, self.deterministic, self.env.step
@@ -94,11 +101,16 @@ class Sampler:
                 returns += ended.episode_returns
                 lengths += ended.episode_lengths
         self.obs = last_obs
+        valued = obs_all if self.bootstrap_value else obs_t  # the observations to value
         if separate:
-            v_all = self._value(obs_all.reshape(-1, *self.obs.shape[1:])).reshape(T + 1, B)
-            v_t, last_v = v_all[:T], v_all[T]
+            v_all = self._value(valued.reshape(-1, *self.obs.shape[1:])).reshape(-1, B)
+            v_t = v_all[:T]
         else:
-            v_t, last_v = torch.stack(values).numpy(), self._value(last_obs)
+            v_t = torch.stack(values).numpy()
+        if not self.bootstrap_value:
+            last_v = np.full(B, np.nan, np.float32)
+        else:
+            last_v = v_all[T] if separate else self._value(last_obs)
         self.total_steps += T * B
         rollout = Rollout(obs_t=obs_t, action_t=torch.stack(actions).numpy(), reward_t=reward_t,
                           terminated_t=terminated_t, truncated_t=truncated_t,

@@ -19,7 +19,9 @@ class Algorithm:
     ``check_spaces(obs_space, action_space)`` refuses environments the algorithm cannot act in;
     ``fragment_length(cfg, topology)`` is the number of steps per env in one fragment;
     ``make_model(obs_space, action_space, cfg)`` builds the network learners train and
-    samplers act with (anything with ``get_weights`` / ``set_weights``).
+    samplers act with (anything with ``get_weights`` / ``set_weights``);
+    ``learner_bootstraps``: its learners value each fragment's last observation themselves,
+    so samplers skip that value (``Sampler(bootstrap_value=False)``).
 
     Replay-based algorithms also name an ``explorer``: the class a replay sampler acts with
     (see ``walle_ray/actors/replay_sampler.py``); their memories are prioritized replay
@@ -35,6 +37,7 @@ class Algorithm:
     check_spaces: Callable[[gym.Space, gym.Space], None]
     make_model: Callable[..., Any] = None  # type: ignore[assignment]  # set in __post_init__
     explorer: Optional[type] = None
+    learner_bootstraps: bool = False
 
     def __post_init__(self) -> None:
         if self.make_model is None:

@@ -61,17 +61,18 @@ def count_faults(faults: dict, stats: dict) -> None:
         faults[key] += stats.pop(key, 0)
 
 
-def sampler_spec(cfg: DictConfig, topo: Topology, i: int) -> tuple[type, tuple]:
+def sampler_spec(cfg: DictConfig, topo: Topology, i: int) -> tuple[type, tuple, dict]:
     """The class of sampler i (``Sampler``, or ``ReplaySampler`` for replay-based algorithms)
-    and its constructor arguments."""
+    and its constructor's positional and keyword arguments."""
     algo = algorithm_for(cfg.algo)
     length = algo.fragment_length(cfg, topo)
     # Plain dataclasses, not config nodes: a node pickles the whole config tree with it.
     env, model = OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model)
     if algo.replay:
         return ReplaySampler, (env, model, OmegaConf.to_object(cfg.algo), algo.explorer, length,
-                               i, topo.samplers, cfg.run.seed)
-    return Sampler, (env, model, length, cfg.algo.gamma, i, cfg.run.seed)
+                               i, topo.samplers, cfg.run.seed), {}
+    return (Sampler, (env, model, length, cfg.algo.gamma, i, cfg.run.seed),
+            {"bootstrap_value": not algo.learner_bootstraps})
 
 
 def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_space: gym.Space,
@@ -106,8 +107,7 @@ class LocalRoles:
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         self.topo = topo
-        self.samplers = [RestartingSampler(cls, args) for cls, args in
-                         (sampler_spec(cfg, topo, i) for i in range(topo.samplers))]
+        self.samplers = [RestartingSampler(*sampler_spec(cfg, topo, i)) for i in range(topo.samplers)]
         self.faults = new_faults()
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
@@ -183,12 +183,12 @@ class RayRoles:
         pushing into the memory actor named ``memory`` if given. Roles are passed by name:
         an actor handle among the constructor arguments would tie Ray's restart of the
         sampler to that handle's lifetime (ray-project/ray#53727)."""
-        cls, args = sampler_spec(self.cfg, self.topo, i)
+        cls, args, kwargs = sampler_spec(self.cfg, self.topo, i)
         source = "walle/ps" if self.ps is not None else "walle/learner-0"
         return self.remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
             runtime_env=self.sampler_env, **options).remote(
-            source, *args, memory=memory, sampler_cls=cls)
+            source, *args, memory=memory, sampler_cls=cls, **kwargs)
 
     def _get(self, refs, role: str, restartable: bool = False):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its

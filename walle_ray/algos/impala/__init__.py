@@ -78,6 +78,7 @@ def validate(cfg: DictConfig) -> None:
     check_replay(a)
 
 
+# V-trace bootstraps from the learner's own value of each fragment's last observation.
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
                    fragment_length=configured_fragment_length, validate=validate,
-                   check_spaces=check_policy_spaces("IMPALA"))
+                   check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True)
