@@ -41,6 +41,11 @@ those ratios, so the machine's drift from one repeat to the next cancels. Writes
 benchmarks/results/sampling_overhead[_<env>][_f<fragment length>].json (no ``_f`` at the
 env's default length: 128, and 20 for Pong, the 20-step unrolls of ``preset=impala_pong``).
 
+``ms_per_fragment`` splits each fleet way's time per fragment into the part inside
+``Sampler.collect`` (in the actor, from the stats it returns) and the rest: Ray calls, the
+fragment's transfer, the weights check. Beside them, the plain process's collect and bare
+loop per fragment; so the overhead reads as framework work (collect against bare) plus Ray.
+
 Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths. The fleet's
 cost is mostly a fixed cost per fragment (its Ray calls), so it shrinks with longer
 fragments: run with ``--fragment-length 512`` or ``2048`` to see by how much.
@@ -219,18 +224,30 @@ def time_plain() -> dict:
     return {name: statistics.mean(values) for name, values in rates.items()}
 
 
-def fetch_fragment(worker) -> None:
+def fetch_fragment(worker) -> dict:
     """One fragment end to end: the collect call, then both results into this process."""
     rollout_ref, stats_ref = worker.collect.remote(0)
-    ray.get([rollout_ref, stats_ref])
+    return ray.get([rollout_ref, stats_ref])[1]
 
 
-def measure(env_cfg: DictConfig, args) -> dict[str, list[float]]:
-    """Env steps/s of each way to collect, one value per repeat. Each repeat starts a fresh
-    plain process and fresh actors: the speed of one process varies by several percent from
-    one process to the next (with its memory layout), so every repeat draws new ones. The
-    plain process is timed before and after the actors, and the bare loop's rate of a repeat
-    is the mean of the two, so the machine's drift over a repeat cancels in its ratios."""
+def time_in_collect(fn, rounds: int) -> tuple[float, float]:
+    """Seconds of ``rounds`` back-to-back calls of ``fn``, and the seconds of them that the
+    actor spent inside ``Sampler.collect`` (``collect_s`` of the stats ``fn`` returns): the
+    rest is what Ray and the worker's calls around it cost."""
+    t0 = time.perf_counter()
+    inside = sum(fn()["collect_s"] for _ in range(rounds))
+    return time.perf_counter() - t0, inside
+
+
+def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Env steps/s of each way to collect, one value per repeat; and for the two fleet
+    ways, per repeat, the share of their time spent inside ``Sampler.collect``.
+
+    Each repeat starts a fresh plain process and fresh actors: the speed of one process
+    varies by several percent from one process to the next (with its memory layout), so
+    every repeat draws new ones. The plain process is timed before and after the actors, and
+    the bare loop's rate of a repeat is the mean of the two, so the machine's drift over a
+    repeat cancels in its ratios."""
     model_cfg = OmegaConf.structured(ModelConfig())
     obs_space, action_space = env_spaces(env_cfg)
     torch.manual_seed(args.seed)
@@ -238,20 +255,25 @@ def measure(env_cfg: DictConfig, args) -> dict[str, list[float]]:
     weights = model.get_weights()
     spawn = multiprocessing.get_context("spawn")
     rates: dict[str, list[float]] = {}
+    in_collect: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         with spawn.Pool(1, initializer=start_plain, initargs=(env_cfg, model_cfg, weights, args)) as pool:
             before = pool.apply(time_plain)
-            measured = measure_actors(env_cfg, model_cfg, weights, args)
+            measured, shares = measure_actors(env_cfg, model_cfg, weights, args)
             after = pool.apply(time_plain)
         for name in before:  # the plain process before and after the actors: drift cancels
             rates.setdefault(name, []).append((before[name] + after[name]) / 2)
         for name, rate in measured.items():
             rates.setdefault(name, []).append(rate)
-    return rates
+        for name, share in shares.items():
+            in_collect.setdefault(name, []).append(share)
+    return rates, in_collect
 
 
-def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args) -> dict[str, float]:
-    """Env steps/s of the ways that run in Ray actors, in fresh actors."""
+def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict,
+                   args) -> tuple[dict[str, float], dict[str, float]]:
+    """Env steps/s of the ways that run in Ray actors, in fresh actors; and the share of
+    the fleet ways' time spent inside ``Sampler.collect``."""
     per_round = args.fragment_length * env_cfg.envs_per_sampler
     ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
     sink = Sink.remote()
@@ -271,11 +293,36 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
         fetch_fragment(worker)  # warm-up; the actors also finish starting
         ray.get(streamer.run.remote(2))
         ray.get([a.run.remote(2, args.fragment_length) for a in (bare_actor, bare_plain_actor)])
-        return {name: steps_per_s(fn, args.rounds // per_call, per_round * per_call)
-                for name, (fn, per_call) in ways.items()}
+        rates, shares = {}, {}
+        for name, (fn, per_call) in ways.items():
+            calls = args.rounds // per_call
+            if name in ("fleet", "stream"):
+                seconds, inside = time_in_collect(fn, calls)
+                rates[name], shares[name] = calls * per_call * per_round / seconds, inside / seconds
+            else:
+                rates[name] = steps_per_s(fn, calls, per_round * per_call)
+        return rates, shares
     finally:
         for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor):
             ray.kill(handle)
+
+
+def fragment_split(rates: dict[str, list[float]], in_collect: dict[str, list[float]],
+                   per_round: int) -> dict[str, dict[str, float]]:
+    """ms per fragment of each fleet way, in all, inside ``Sampler.collect`` and outside it
+    (medians over repeats), beside the plain process's collect and bare loop."""
+    def ms(values) -> float:
+        return round(statistics.median(values) * 1e3, 2)
+
+    split = {}
+    for name, shares in in_collect.items():
+        seconds = [per_round / rate for rate in rates[name]]
+        split[name] = {"total": ms(seconds),
+                       "in_collect": ms(s * share for s, share in zip(seconds, shares)),
+                       "outside_collect": ms(s * (1 - share) for s, share in zip(seconds, shares))}
+    for name, way in (("sampler_in_process", "sampler"), ("bare", "bare")):
+        split[name] = {"total": ms(per_round / rate for rate in rates[way])}
+    return split
 
 
 def main() -> None:
@@ -301,7 +348,7 @@ def main() -> None:
     torch.set_num_threads(1)  # the same single inference thread a sampler uses
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     env_cfg = load_env_cfg(args.env)
-    rates = measure(env_cfg, args)
+    rates, in_collect = measure(env_cfg, args)
     ray.shutdown()
 
     median = {name: statistics.median(values) for name, values in rates.items()}
@@ -315,8 +362,11 @@ def main() -> None:
 
     overhead, overhead_stream, in_process = slower("fleet"), slower("stream"), slower("sampler")
     in_actor, in_actor_no_preload = slower("bare_in_actor"), slower("bare_in_actor_no_preload")
+    per_round = args.fragment_length * env_cfg.envs_per_sampler
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
+    for name, split in fragment_split(rates, in_collect, per_round).items():
+        print(f"{name:8s} {split}", flush=True)
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
           f"the sampler in a plain process {in_process:.1%}; the bare loop itself runs "
           f"{in_actor:.1%} slower inside a Ray actor ({in_actor_no_preload:.1%} without the preload)")
@@ -344,6 +394,10 @@ def main() -> None:
         "slowdown_bare_in_actor_no_preload": in_actor_no_preload,
         "overhead_vs_bare_in_actor": slower("fleet", "bare_in_actor"),
         "overhead_streaming_vs_bare_in_actor": slower("stream", "bare_in_actor"),
+        # Per fragment of each fleet way, ms inside Sampler.collect (in the actor) and ms
+        # outside it (Ray calls, transfers, weights), from the medians over repeats; and
+        # the same collect's ms in the plain process.
+        "ms_per_fragment": fragment_split(rates, in_collect, per_round),
         "met_target": overhead < TARGET_OVERHEAD,
         "met_target_streaming": overhead_stream < TARGET_OVERHEAD,
     }
