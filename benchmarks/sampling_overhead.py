@@ -153,12 +153,16 @@ def policy(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict) -> ActorCr
     return model
 
 
+def timed(fn, calls: int) -> tuple[float, list]:
+    """Seconds of ``calls`` back-to-back calls of ``fn``, and what they returned."""
+    t0 = time.perf_counter()
+    results = [fn() for _ in range(calls)]
+    return time.perf_counter() - t0, results
+
+
 def steps_per_s(fn, rounds: int, steps_per_round: int) -> float:
     """Env steps per second of ``rounds`` back-to-back calls of ``fn``."""
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-        fn()
-    return rounds * steps_per_round / (time.perf_counter() - t0)
+    return rounds * steps_per_round / timed(fn, rounds)[0]
 
 
 def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args):
@@ -230,15 +234,6 @@ def fetch_fragment(worker) -> dict:
     return ray.get([rollout_ref, stats_ref])[1]
 
 
-def time_in_collect(fn, rounds: int) -> tuple[float, float]:
-    """Seconds of ``rounds`` back-to-back calls of ``fn``, and the seconds of them that the
-    actor spent inside ``Sampler.collect`` (``collect_s`` of the stats ``fn`` returns): the
-    rest is what Ray and the worker's calls around it cost."""
-    t0 = time.perf_counter()
-    inside = sum(fn()["collect_s"] for _ in range(rounds))
-    return time.perf_counter() - t0, inside
-
-
 def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Env steps/s of each way to collect, one value per repeat; and for the two fleet
     ways, per repeat, the share of their time spent inside ``Sampler.collect``.
@@ -296,11 +291,10 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict,
         rates, shares = {}, {}
         for name, (fn, per_call) in ways.items():
             calls = args.rounds // per_call
-            if name in ("fleet", "stream"):
-                seconds, inside = time_in_collect(fn, calls)
-                rates[name], shares[name] = calls * per_call * per_round / seconds, inside / seconds
-            else:
-                rates[name] = steps_per_s(fn, calls, per_round * per_call)
+            seconds, results = timed(fn, calls)
+            rates[name] = calls * per_call * per_round / seconds
+            if name in ("fleet", "stream"):  # their stats: the seconds inside Sampler.collect
+                shares[name] = sum(stats["collect_s"] for stats in results) / seconds
         return rates, shares
     finally:
         for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor):
@@ -362,10 +356,10 @@ def main() -> None:
 
     overhead, overhead_stream, in_process = slower("fleet"), slower("stream"), slower("sampler")
     in_actor, in_actor_no_preload = slower("bare_in_actor"), slower("bare_in_actor_no_preload")
-    per_round = args.fragment_length * env_cfg.envs_per_sampler
+    split_ms = fragment_split(rates, in_collect, args.fragment_length * env_cfg.envs_per_sampler)
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
-    for name, split in fragment_split(rates, in_collect, per_round).items():
+    for name, split in split_ms.items():
         print(f"{name:8s} {split}", flush=True)
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
           f"the sampler in a plain process {in_process:.1%}; the bare loop itself runs "
@@ -396,8 +390,8 @@ def main() -> None:
         "overhead_streaming_vs_bare_in_actor": slower("stream", "bare_in_actor"),
         # Per fragment of each fleet way, ms inside Sampler.collect (in the actor) and ms
         # outside it (Ray calls, transfers, weights), from the medians over repeats; and
-        # the same collect's ms in the plain process.
-        "ms_per_fragment": fragment_split(rates, in_collect, per_round),
+        # the plain process's collect (which, as PPO's, values the last observation too).
+        "ms_per_fragment": split_ms,
         "met_target": overhead < TARGET_OVERHEAD,
         "met_target_streaming": overhead_stream < TARGET_OVERHEAD,
     }
