@@ -18,7 +18,8 @@ overhead):
            run at every step beside the policy, instead of once per fragment on all its
            observations (Pong's conv net shares its torso, so its sampler always runs both);
   fleet    one ``RemoteSampler`` actor (num_cpus 0.95), started as walle_ray starts its
-           samplers, that already holds the weights;
+           samplers (on one CPU with the env threads it starts: ``topology.pin_samplers``,
+           on by default; ``--no-pin`` leaves it free), that already holds the weights;
            this driver fetches whole fragments back to back, so a Ray round trip and the
            fragment's transfer count once per fragment (the synchronous, PPO path);
   stream   a sampler actor in streaming mode (``run``, the asynchronous path): it pushes
@@ -26,11 +27,14 @@ overhead):
            the next, and skips the value of each fragment's last observation, as IMPALA's
            samplers do (its learners compute that value);
   bare_in_actor  (a diagnostic) the bare loop inside a Ray actor started as walle_ray starts
-           samplers, with torch imported before the process joins Ray
+           samplers (pinned, unless ``--no-pin``), with torch imported before the process joins Ray
            (``walle_ray/runtime/preload.py``); against this row, the fleet's numbers show
            what walle_ray's sampler and transfers add;
   bare_in_actor_no_preload  the same in an actor started Ray's default way, which imports
            torch only after joining: 10-15% slower on this machine.
+
+The bare loop and the sampler in the plain process are never pinned: the baseline is the loop
+a user writes without walle_ray.
 
 Each is timed over ``--rounds`` fragments (by default as many as make 6400 steps per env; 800
 for Pong, whose steps cost 30 times as much),
@@ -39,7 +43,8 @@ actors for the rest). Each repeat times the plain process before and after the a
 compares every way with the bare loop of its own repeat; the overheads are the medians of
 those ratios, so the machine's drift from one repeat to the next cancels. Writes
 benchmarks/results/sampling_overhead[_<env>][_f<fragment length>].json (no ``_f`` at the
-env's default length: 128, and 20 for Pong, the 20-step unrolls of ``preset=impala_pong``).
+env's default length: 128, and 20 for Pong, the 20-step unrolls of ``preset=impala_pong``;
+``_nopin`` added with ``--no-pin``).
 
 ``ms_per_fragment`` splits each fleet way's time per fragment into the part inside
 ``Sampler.collect`` (in the actor, from the stats it returns) and the rest: Ray calls, the
@@ -72,7 +77,7 @@ from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.envs import env_spaces, make_vector_env
 from walle_ray.models import ActorCritic, make_actor_critic
 from walle_ray.runtime.preload import worker_runtime_env
-from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
+from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler, pin_to_cpu
 
 TARGET_OVERHEAD = 0.10
 SAMPLER_CPUS = 0.95  # two sampler actors (fleet, stream) plus the tiny ones fit in 2 CPUs
@@ -153,6 +158,11 @@ def policy(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict) -> ActorCr
     return model
 
 
+def pin_slot(args) -> int | None:
+    """The ``pin`` walle_ray gives sampler 0 (``topology.pin_samplers``), or None with ``--no-pin``."""
+    return 0 if args.pin else None
+
+
 def timed(fn, calls: int) -> tuple[float, list]:
     """Seconds of ``calls`` back-to-back calls of ``fn``, and what they returned."""
     t0 = time.perf_counter()
@@ -170,7 +180,7 @@ def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args)
     ps = RemoteParameterServer.options(num_cpus=0.01).remote()
     ray.get(ps.publish.remote(0, [ray.put(weights)]))
     worker = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
-        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, pin=pin_slot(args))
     return ps, worker
 
 
@@ -188,7 +198,10 @@ class BareActor:
     framework at all. A diagnostic: it separates the cost of running in a Ray worker
     process from what walle_ray's sampler and transfers add."""
 
-    def __init__(self, env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, seed: int):
+    def __init__(self, env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, seed: int,
+                 pin: int | None):
+        if pin is not None:  # before the env starts its threads, as a pinned sampler does
+            pin_to_cpu(pin)
         self.bare = bare_loop(env_cfg, policy(env_cfg, model_cfg, weights), seed)
 
     def run(self, rounds: int, steps: int) -> None:
@@ -274,10 +287,10 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict,
     sink = Sink.remote()
     streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
         ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink,
-        bootstrap_value=False)  # as IMPALA starts its samplers
+        pin=pin_slot(args), bootstrap_value=False)  # as IMPALA starts its samplers
     bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
-        env_cfg, model_cfg, weights, args.seed)
-    bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed)
+        env_cfg, model_cfg, weights, args.seed, pin_slot(args))
+    bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed, pin_slot(args))
     # (call, fragments per call): the streaming and bare actors run all rounds in one call.
     ways = {"fleet": (lambda: fetch_fragment(worker), 1),
             "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
@@ -330,6 +343,8 @@ def main() -> None:
                    help="fragments per timed measurement (default: 6400 steps per env, 800 for Pong)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved measurements per way")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-pin", dest="pin", action="store_false",
+                   help="leave the sampler actors free to move between CPUs (topology.pin_samplers=false)")
     p.add_argument("--dry-run", action="store_true", help="print the result instead of writing it")
     args = p.parse_args()
     atari = args.env == "pong"
@@ -374,7 +389,8 @@ def main() -> None:
         "target": {"overhead_below": TARGET_OVERHEAD},
         "setup": {"env_id": env_cfg.id, "envs_per_sampler": env_cfg.envs_per_sampler,
                   "fragment_length": args.fragment_length, "rounds": args.rounds,
-                  "repeats": args.repeats, "model": "ModelConfig defaults", "torch_threads": 1},
+                  "repeats": args.repeats, "model": "ModelConfig defaults", "torch_threads": 1,
+                  "samplers_pinned": args.pin},
         "env_steps_per_s": rates,
         "env_steps_per_s_median": median,
         # Each a median over repeats of 1 - rate / the bare loop's rate in the same repeat.
@@ -398,6 +414,8 @@ def main() -> None:
     name = "sampling_overhead" if args.env == "cartpole" else f"sampling_overhead_{args.env}"
     if args.fragment_length != default_length:
         name += f"_f{args.fragment_length}"
+    if not args.pin:
+        name += "_nopin"
     write_result(name, result, args.dry_run)
 
 

@@ -1,5 +1,7 @@
 """Roles stepped by hand: sampler on a counting env, memory, parameter server, normaliser."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -190,6 +192,43 @@ def test_sampler_worker_pulls_published_weights(ray_session):
     assert (rollout.version_b == 7).all() and stats["env_steps"] == 8
     ray.kill(worker)
     ray.kill(ps)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
+def test_pinned_sampler_runs_on_one_cpu_with_the_threads_it_starts(ray_session):
+    """``pin=i`` puts sampler i on CPU i mod (its usable CPUs) before its env starts any
+    threads, so they inherit it; Ray's own threads, already running, stay free."""
+    from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
+
+    def _affinities(worker) -> tuple:
+        """In the sampler actor's process: the CPU it pinned to, its main thread's CPUs, a
+        thread started now's CPUs, and the CPUs of each thread that was already running."""
+        import os
+        import threading
+
+        out = {}
+        started = threading.Thread(target=lambda: out.setdefault("cpus", os.sched_getaffinity(0)))
+        started.start()
+        started.join()
+        others = [os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")]
+        return worker.cpu, os.sched_getaffinity(0), out["cpus"], others
+
+    ray = ray_session
+    ps = RemoteParameterServer.remote()
+    cpus = sorted(os.sched_getaffinity(0))
+    workers = [RemoteSampler.options(num_cpus=0.1).remote(
+        ps, counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0, pin=pin)
+        for pin in (None, len(cpus) + 1)]
+    try:
+        free, pinned = ray.get([w.__ray_call__.remote(_affinities) for w in workers], timeout=60)
+    finally:
+        for handle in (*workers, ps):
+            ray.kill(handle)
+    assert free[0] is None and free[1] == set(cpus)
+    want = {cpus[(len(cpus) + 1) % len(cpus)]}
+    assert pinned[0] == next(iter(want)) and pinned[1] == want and pinned[2] == want
+    if len(cpus) > 1:  # Ray's threads were started before the pin
+        assert any(cpu_set == set(cpus) for cpu_set in pinned[3])
 
 
 def test_streaming_sampler_takes_weights_asked_for_before_the_fragment_ended(ray_session):

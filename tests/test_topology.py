@@ -55,3 +55,16 @@ def test_gpus_per_learner_are_carried_into_the_plan():
 def test_shares_that_cannot_fit_are_refused():
     with pytest.raises(ConfigError, match="does not fit"):
         plan_resources(parse_topology("4a1m1l"), cluster_cpus=2, learner_cpus=2.5)
+
+
+def test_samplers_are_pinned_only_with_a_cpu_for_each():
+    """``topology.pin_samplers`` pins when the cluster has a CPU per sampler, never past that."""
+    from conftest import make_cfg
+
+    from walle_ray.runtime.fleet import pins_samplers
+
+    assert pins_samplers(make_cfg("topology=2a1m1l"), parse_topology("2a1m1l"), 2.0)
+    assert not pins_samplers(make_cfg("topology=4a1m1l"), parse_topology("4a1m1l"), 2.0)
+    assert pins_samplers(make_cfg("topology=4a1m1l"), parse_topology("4a1m1l"), 16.0)
+    off = make_cfg("topology=2a1m1l", "topology.pin_samplers=false")
+    assert not pins_samplers(off, parse_topology("2a1m1l"), 2.0)

@@ -69,6 +69,11 @@ class TopologyConfig:
     spec: str = "2a1m1l"  # e.g. 32a4m4l; ``local`` runs every role in this process
     sampler_cpus: Optional[float] = None  # CPUs per sampler actor; None: fit the cluster
     learner_cpus: Optional[float] = None  # CPUs per learner actor; None: fit the cluster
+    # With at least one CPU per sampler in the cluster, pin sampler actor i and the env
+    # threads it starts to CPU i mod (its node's usable CPUs); Linux only. An Atari sampler
+    # hands every step to its env thread and back: on one CPU, neither migrates. Turn it
+    # off when several runs share a machine, or they pin to the same CPUs.
+    pin_samplers: bool = True
 
 
 @dataclass

@@ -154,6 +154,14 @@ class LocalFleet(LocalRoles):
         return self.learner.update(rollouts, env_steps)
 
 
+def pins_samplers(cfg: DictConfig, topo: Topology, cluster_cpus: float) -> bool:
+    """Whether sampler i runs pinned to a CPU (``topology.pin_samplers``): only when the
+    cluster has a CPU for each sampler. With more samplers than CPUs, pinned samplers cannot
+    move away from each other or the learner (IMPALA Pong, 4 samplers on 2 CPUs: 4-7% fewer
+    env steps/s sampled pinned, the same consumed)."""
+    return bool(cfg.topology.pin_samplers) and topo.samplers <= cluster_cpus
+
+
 class RayRoles:
     """Learners and the parameter server as named Ray actors; subclasses add memories and
     samplers. Every wait has a timeout whose message names the role."""
@@ -172,6 +180,7 @@ class RayRoles:
         self.timeout_s = timeout_s
         self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
         self.sampler_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
+        self.pin_samplers = pins_samplers(cfg, topo, ray.cluster_resources().get("CPU", 0))
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
         self.memories: list = []
@@ -188,7 +197,8 @@ class RayRoles:
         return self.remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
             runtime_env=self.sampler_env, **options).remote(
-            source, *args, memory=memory, sampler_cls=cls, **kwargs)
+            source, *args, memory=memory, sampler_cls=cls,
+            pin=i if self.pin_samplers else None, **kwargs)
 
     def _get(self, refs, role: str, restartable: bool = False):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its

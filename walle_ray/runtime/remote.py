@@ -6,6 +6,7 @@ travel as task results and arguments, read zero-copy from the object store where
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -25,6 +26,18 @@ def _actor(handle_or_name):
     return ray.get_actor(handle_or_name) if isinstance(handle_or_name, str) else handle_or_name
 
 
+def pin_to_cpu(slot: int) -> int | None:
+    """Pin the calling thread, and the threads it starts from now on, to one of the CPUs
+    this process may use: the one at ``slot`` mod their count. Returns that CPU, or None
+    where the OS has no CPU affinity (macOS). Threads already running (Ray's) stay free."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[slot % len(cpus)]
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
 class SamplerWorker:
     """A Sampler that pulls newer weights from the parameter server before each fragment.
 
@@ -33,8 +46,11 @@ class SamplerWorker:
     """
 
     def __init__(self, weights_source, *sampler_args, memory=None, sampler_cls: type = Sampler,
-                 **sampler_kwargs):
-        """``weights_source`` and ``memory`` are actor handles or names of actors."""
+                 pin: int | None = None, **sampler_kwargs):
+        """``weights_source`` and ``memory`` are actor handles or names of actors. With
+        ``pin``, the sampler and its env threads run on one CPU (``pin_to_cpu``), chosen
+        before the env starts its threads so that they inherit it."""
+        self.cpu = None if pin is None else pin_to_cpu(pin)
         self.source = _actor(weights_source)
         self.memory = _actor(memory)
         self.slot = RestartingSampler(sampler_cls, sampler_args, sampler_kwargs)
