@@ -203,7 +203,6 @@ def test_pinned_sampler_runs_on_one_cpu_with_the_threads_it_starts(ray_session):
     def _affinities(worker) -> tuple:
         """In the sampler actor's process: the CPU it pinned to, its main thread's CPUs, a
         thread started now's CPUs, and the CPUs of each thread that was already running."""
-        import os
         import threading
 
         out = {}
