@@ -3,7 +3,7 @@
     python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah|pong]
                                            [--fragment-length L] [--rounds N] [--repeats 5]
 
-Seven ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
+Eight ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
 ``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
 sampled actions with their log-probabilities; the critic is not run to act, so the bare
 loop never runs it, and the sampler's one batched value pass per fragment counts as its
@@ -31,7 +31,12 @@ overhead):
            (``walle_ray/runtime/preload.py``); against this row, the fleet's numbers show
            what walle_ray's sampler and transfers add;
   bare_in_actor_no_preload  the same in an actor started Ray's default way, which imports
-           torch only after joining: 10-15% slower on this machine.
+           torch only after joining: 10-15% slower on this machine;
+  ray_call (a diagnostic: the floor of request/response) one Ray call per fragment to an
+           actor, started as a sampler, that only keeps its CPU busy for as long as the bare
+           loop takes per fragment (in the plain process of the same repeat) and returns
+           nothing: what one call around that much work costs on this machine, with no
+           sampler, no env and no data. No request/response sampler can beat it.
 
 The bare loop and the sampler in the plain process are never pinned: the baseline is the loop
 a user writes without walle_ray.
@@ -54,6 +59,9 @@ loop per fragment; so the overhead reads as framework work (collect against bare
 Target: overhead = 1 - fleet / bare under 10%; reported for both fleet paths. The fleet's
 cost is mostly a fixed cost per fragment (its Ray calls), so it shrinks with longer
 fragments: run with ``--fragment-length 512`` or ``2048`` to see by how much.
+``overhead_floor_request_response`` is the ``ray_call`` row's share of time outside its
+busy spell: where it is above the target, no request/response sampler meets it at that
+fragment length on this machine.
 """
 
 from __future__ import annotations
@@ -156,6 +164,20 @@ def policy(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict) -> ActorCr
     model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
     model.set_weights(weights)
     return model
+
+
+@ray.remote(num_cpus=0.01)
+class Busy:
+    """An actor whose calls only keep its CPU busy: the ``ray_call`` floor."""
+
+    def __init__(self, pin: int | None):
+        if pin is not None:
+            pin_to_cpu(pin)
+
+    def spin(self, seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
 
 
 def pin_slot(args) -> int | None:
@@ -267,7 +289,8 @@ def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str
     for _ in range(args.repeats):
         with spawn.Pool(1, initializer=start_plain, initargs=(env_cfg, model_cfg, weights, args)) as pool:
             before = pool.apply(time_plain)
-            measured, shares = measure_actors(env_cfg, model_cfg, weights, args)
+            bare_s = args.fragment_length * env_cfg.envs_per_sampler / before["bare"]
+            measured, shares = measure_actors(env_cfg, model_cfg, weights, args, bare_s)
             after = pool.apply(time_plain)
         for name in before:  # the plain process before and after the actors: drift cancels
             rates.setdefault(name, []).append((before[name] + after[name]) / 2)
@@ -278,10 +301,11 @@ def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str
     return rates, in_collect
 
 
-def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict,
-                   args) -> tuple[dict[str, float], dict[str, float]]:
+def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args,
+                   bare_s: float) -> tuple[dict[str, float], dict[str, float]]:
     """Env steps/s of the ways that run in Ray actors, in fresh actors; and the share of
-    the fleet ways' time spent inside ``Sampler.collect``."""
+    the fleet ways' time spent inside ``Sampler.collect``. ``bare_s``: the bare loop's
+    seconds per fragment, which each ``ray_call`` spends busy."""
     per_round = args.fragment_length * env_cfg.envs_per_sampler
     ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
     sink = Sink.remote()
@@ -291,16 +315,19 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict,
     bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
         env_cfg, model_cfg, weights, args.seed, pin_slot(args))
     bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed, pin_slot(args))
+    busy = Busy.options(runtime_env=worker_runtime_env()).remote(pin_slot(args))
     # (call, fragments per call): the streaming and bare actors run all rounds in one call.
     ways = {"fleet": (lambda: fetch_fragment(worker), 1),
             "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
     for name, actor in (("bare_in_actor", bare_actor), ("bare_in_actor_no_preload", bare_plain_actor)):
         ways[name] = (lambda a=actor: ray.get(a.run.remote(args.rounds, args.fragment_length)),
                       args.rounds)
+    ways["ray_call"] = (lambda: ray.get(busy.spin.remote(bare_s)), 1)
     try:
         fetch_fragment(worker)  # warm-up; the actors also finish starting
         ray.get(streamer.run.remote(2))
         ray.get([a.run.remote(2, args.fragment_length) for a in (bare_actor, bare_plain_actor)])
+        ray.get(busy.spin.remote(bare_s))
         rates, shares = {}, {}
         for name, (fn, per_call) in ways.items():
             calls = args.rounds // per_call
@@ -308,16 +335,19 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict,
             rates[name] = calls * per_call * per_round / seconds
             if name in ("fleet", "stream"):  # their stats: the seconds inside Sampler.collect
                 shares[name] = sum(stats["collect_s"] for stats in results) / seconds
+            elif name == "ray_call":  # busy for bare_s in each call; the rest is the call
+                shares[name] = calls * bare_s / seconds
         return rates, shares
     finally:
-        for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor):
+        for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor, busy):
             ray.kill(handle)
 
 
 def fragment_split(rates: dict[str, list[float]], in_collect: dict[str, list[float]],
                    per_round: int) -> dict[str, dict[str, float]]:
     """ms per fragment of each fleet way, in all, inside ``Sampler.collect`` and outside it
-    (medians over repeats), beside the plain process's collect and bare loop."""
+    (medians over repeats), beside the plain process's collect and bare loop. For
+    ``ray_call``, "in_collect" is its busy time, and "outside_collect" what the call costs."""
     def ms(values) -> float:
         return round(statistics.median(values) * 1e3, 2)
 
@@ -371,6 +401,9 @@ def main() -> None:
 
     overhead, overhead_stream, in_process = slower("fleet"), slower("stream"), slower("sampler")
     in_actor, in_actor_no_preload = slower("bare_in_actor"), slower("bare_in_actor_no_preload")
+    # The share of a ray_call's time outside its busy spell (which lasts as long as the
+    # bare loop's fragment): the request/response overhead with a sampler that cost nothing.
+    floor = statistics.median(1 - share for share in in_collect["ray_call"])
     split_ms = fragment_split(rates, in_collect, args.fragment_length * env_cfg.envs_per_sampler)
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
@@ -378,7 +411,8 @@ def main() -> None:
         print(f"{name:8s} {split}", flush=True)
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
           f"the sampler in a plain process {in_process:.1%}; the bare loop itself runs "
-          f"{in_actor:.1%} slower inside a Ray actor ({in_actor_no_preload:.1%} without the preload)")
+          f"{in_actor:.1%} slower inside a Ray actor ({in_actor_no_preload:.1%} without the preload); "
+          f"a bare Ray call around a fragment's worth of work alone costs {floor:.1%}")
     critic_speedup = None
     if "sampler_critic_per_step" in rates:
         critic_speedup = ratio("sampler", "sampler_critic_per_step")
@@ -404,6 +438,9 @@ def main() -> None:
         "slowdown_bare_in_actor_no_preload": in_actor_no_preload,
         "overhead_vs_bare_in_actor": slower("fleet", "bare_in_actor"),
         "overhead_streaming_vs_bare_in_actor": slower("stream", "bare_in_actor"),
+        # The floor of request/response on this machine: one Ray call to an actor that only
+        # spins for the bare loop's time per fragment, its time beyond the spin as a share.
+        "overhead_floor_request_response": floor,
         # Per fragment of each fleet way, ms inside Sampler.collect (in the actor) and ms
         # outside it (Ray calls, transfers, weights), from the medians over repeats; and
         # the plain process's collect (which, as PPO's, values the last observation too).
