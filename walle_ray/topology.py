@@ -73,6 +73,7 @@ class ResourcePlan:
     learner_cpus: float
     learner_gpus: float
     ps_cpus: float
+    cluster_cpus: float  # the logical CPUs the plan was fit into
 
     def total_cpus(self, topo: Topology) -> float:
         return (topo.samplers * self.sampler_cpus + topo.memories * self.memory_cpus
@@ -98,7 +99,8 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
     # Ray accepts fractions to 1e-4; round down so the sum never exceeds the cluster.
     plan = ResourcePlan(
         sampler_cpus=_floor4(sampler_cpus), memory_cpus=small,
-        learner_cpus=_floor4(learner_cpus), learner_gpus=learner_gpus, ps_cpus=small)
+        learner_cpus=_floor4(learner_cpus), learner_gpus=learner_gpus, ps_cpus=small,
+        cluster_cpus=cluster_cpus)
     if plan.sampler_cpus <= 0 or plan.learner_cpus <= 0:
         raise ConfigError(
             f"topology {topo} does not fit in {cluster_cpus:g} CPUs with the shares asked for "

@@ -180,7 +180,7 @@ class RayRoles:
         self.timeout_s = timeout_s
         self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
         self.sampler_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
-        self.pin_samplers = pins_samplers(cfg, topo, ray.cluster_resources().get("CPU", 0))
+        self.pin_samplers = pins_samplers(cfg, topo, plan.cluster_cpus)
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
         self.memories: list = []
