@@ -29,7 +29,6 @@ benchmarks/results/fleet_overhead_<env>_<N>a.json. Target: under 10%, as for
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing
 import shlex
 import statistics
@@ -38,11 +37,14 @@ import time
 
 import ray
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from common import ROOT, write_result
+from common import write_result
 from sampling_overhead import GAMMA, TARGET_OVERHEAD, Sink, bare_loop, load_env_cfg, policy
-from walle_ray.config import ModelConfig
+from walle_ray.__main__ import CONF_DIR
+from walle_ray.algos import algorithm_for
+from walle_ray.config import ModelConfig, TopologyConfig, register_configs
 from walle_ray.envs import env_spaces
 from walle_ray.models import make_actor_critic
 from walle_ray.runtime.fleet import pins_samplers
@@ -51,11 +53,15 @@ from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
 from walle_ray.topology import parse_topology, plan_resources
 
 
-def default_lengths(env: str, samplers: int, envs_per_sampler: int) -> tuple[int, int]:
-    """(request/response, streaming) fragment lengths walle_ray uses for this env and N."""
-    preset = ROOT / "conf" / "preset" / f"ppo_{env}.yaml"
-    batch = OmegaConf.load(preset).algo.batch_size if preset.exists() else 2048
-    return max(1, math.ceil(batch / (samplers * envs_per_sampler))), 20 if env == "pong" else 128
+def default_lengths(env: str, samplers: int) -> tuple[int, int]:
+    """(request/response, streaming) fragment lengths for this env and N: PPO's, from the
+    config ``python -m walle_ray algo=ppo env=<env> topology.spec=<N>a1m1l`` runs with, and
+    the streaming length of ``sampling_overhead``."""
+    register_configs()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["algo=ppo", f"env={env}", f"topology.spec={samplers}a1m1l"])
+    ppo_length = algorithm_for(cfg.algo).fragment_length(cfg, parse_topology(cfg.topology.spec))
+    return ppo_length, 20 if env == "pong" else 128
 
 
 def bare_process(env_cfg, model_cfg, weights, length: int, seconds: float, ready, start, out) -> None:
@@ -94,9 +100,9 @@ def time_bare(env_cfg, model_cfg, weights, processes: int, length: int, seconds:
 def start_samplers(env_cfg, model_cfg, ps, n: int, length: int, memory=None) -> list:
     """N sampler actors placed and pinned as walle_ray places them for ``<N>a1m1l``."""
     topo = parse_topology(f"{n}a1m1l")
-    cpus = ray.cluster_resources().get("CPU", 0)
-    plan = plan_resources(topo, cpus)
-    pin = pins_samplers(OmegaConf.create({"topology": {"pin_samplers": True}}), topo, cpus)
+    plan = plan_resources(topo, ray.cluster_resources().get("CPU", 0))
+    defaults = OmegaConf.create({"topology": OmegaConf.structured(TopologyConfig)})
+    pin = pins_samplers(defaults, topo, plan.cluster_cpus)
     samplers = [RemoteSampler.options(num_cpus=plan.sampler_cpus, runtime_env=worker_runtime_env()).remote(
         ps, env_cfg, model_cfg, length, GAMMA, i, i, memory=memory, pin=i if pin else None,
         bootstrap_value=memory is None) for i in range(n)]
@@ -154,7 +160,7 @@ def main() -> None:
     args = p.parse_args()
 
     env_cfg = load_env_cfg(args.env)
-    rr_length, stream_length = default_lengths(args.env, args.samplers, env_cfg.envs_per_sampler)
+    rr_length, stream_length = default_lengths(args.env, args.samplers)
     if args.fragment_length is not None:
         rr_length = stream_length = args.fragment_length
     model_cfg = OmegaConf.structured(ModelConfig())

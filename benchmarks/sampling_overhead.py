@@ -171,8 +171,7 @@ class Busy:
     """An actor whose calls only keep its CPU busy: the ``ray_call`` floor."""
 
     def __init__(self, pin: int | None):
-        if pin is not None:
-            pin_to_cpu(pin)
+        pin_to_cpu(pin)
 
     def spin(self, seconds: float) -> None:
         end = time.perf_counter() + seconds
@@ -222,8 +221,7 @@ class BareActor:
 
     def __init__(self, env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, seed: int,
                  pin: int | None):
-        if pin is not None:  # before the env starts its threads, as a pinned sampler does
-            pin_to_cpu(pin)
+        pin_to_cpu(pin)  # before the env starts its threads, as a pinned sampler does
         self.bare = bare_loop(env_cfg, policy(env_cfg, model_cfg, weights), seed)
 
     def run(self, rounds: int, steps: int) -> None:

@@ -26,11 +26,12 @@ def _actor(handle_or_name):
     return ray.get_actor(handle_or_name) if isinstance(handle_or_name, str) else handle_or_name
 
 
-def pin_to_cpu(slot: int) -> int | None:
+def pin_to_cpu(slot: int | None) -> int | None:
     """Pin the calling thread, and the threads it starts from now on, to one of the CPUs
     this process may use: the one at ``slot`` mod their count. Returns that CPU, or None
-    where the OS has no CPU affinity (macOS). Threads already running (Ray's) stay free."""
-    if not hasattr(os, "sched_setaffinity"):
+    with no ``slot`` or where the OS has no CPU affinity (macOS). Threads already running
+    (Ray's) stay free."""
+    if slot is None or not hasattr(os, "sched_setaffinity"):
         return None
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[slot % len(cpus)]
@@ -50,7 +51,7 @@ class SamplerWorker:
         """``weights_source`` and ``memory`` are actor handles or names of actors. With
         ``pin``, the sampler and its env threads run on one CPU (``pin_to_cpu``), chosen
         before the env starts its threads so that they inherit it."""
-        self.cpu = None if pin is None else pin_to_cpu(pin)
+        self.cpu = pin_to_cpu(pin)
         self.source = _actor(weights_source)
         self.memory = _actor(memory)
         self.slot = RestartingSampler(sampler_cls, sampler_args, sampler_kwargs)
