@@ -3,7 +3,7 @@
     python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah|pong]
                                            [--fragment-length L] [--rounds N] [--repeats 5]
 
-Eight ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
+Nine ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
 ``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
 sampled actions with their log-probabilities; the critic is not run to act, so the bare
 loop never runs it, and the sampler's one batched value pass per fragment counts as its
@@ -36,7 +36,12 @@ overhead):
            actor, started as a sampler, that only keeps its CPU busy for as long as the bare
            loop takes per fragment (in the plain process of the same repeat) and returns
            nothing: what one call around that much work costs on this machine, with no
-           sampler, no env and no data. No request/response sampler can beat it.
+           sampler, no env and no data. No request/response sampler can beat it;
+  ray_stream (a diagnostic: the floor of streaming) the same actor, busy as long per fragment,
+           making a streaming sampler's calls around it: it asks the parameter server for
+           weights halfway through each fragment (early enough that the answer is never
+           waited for, which a sampler's adaptive lead only approaches) and puts a
+           ready-made fragment of this env into the sink, one put in flight.
 
 The bare loop and the sampler in the plain process are never pinned: the baseline is the loop
 a user writes without walle_ray.
@@ -61,7 +66,7 @@ cost is mostly a fixed cost per fragment (its Ray calls), so it shrinks with lon
 fragments: run with ``--fragment-length 512`` or ``2048`` to see by how much.
 ``overhead_floor_request_response`` is the ``ray_call`` row's share of time outside its
 busy spell: where it is above the target, no request/response sampler meets it at that
-fragment length on this machine.
+fragment length on this machine. ``overhead_floor_streaming`` is the same for ``ray_stream``.
 """
 
 from __future__ import annotations
@@ -88,6 +93,7 @@ from walle_ray.runtime.preload import worker_runtime_env
 from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler, pin_to_cpu
 
 TARGET_OVERHEAD = 0.10
+ASK_SHARE = 1 / 2  # ray_stream asks for weights halfway through: the answer is never waited for
 SAMPLER_CPUS = 0.95  # two sampler actors (fleet, stream) plus the tiny ones fit in 2 CPUs
 GAMMA = 0.99
 
@@ -166,17 +172,39 @@ def policy(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict) -> ActorCr
     return model
 
 
+def spin(seconds: float) -> None:
+    """Keep this CPU busy for ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 @ray.remote(num_cpus=0.01)
 class Busy:
-    """An actor whose calls only keep its CPU busy: the ``ray_call`` floor."""
+    """An actor that only keeps its CPU busy, with a sampler's Ray calls around it: the
+    floors of request/response (``ray_call``) and streaming (``ray_stream``)."""
 
-    def __init__(self, pin: int | None):
+    def __init__(self, pin: int | None, ps=None, memory=None, fragment=None):
         pin_to_cpu(pin)
+        self.ps, self.memory, self.fragment = ps, memory, fragment
 
     def spin(self, seconds: float) -> None:
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
+        spin(seconds)
+
+    def stream(self, rounds: int, seconds: float, ask_share: float) -> None:
+        """``rounds`` times: busy for ``seconds``, asking the parameter server for weights
+        ``ask_share`` of them before the end, then the (ready-made) fragment put into the
+        memory with one put in flight: the calls of ``SamplerWorker.run`` around no work."""
+        pending = None
+        for _ in range(rounds):
+            spin(seconds * (1 - ask_share))
+            asked = self.ps.latest.remote(0)
+            spin(seconds * ask_share)
+            ray.get(asked)
+            if pending is not None:
+                ray.get(pending)
+            pending = self.memory.put.remote(self.fragment)
+        ray.get(pending)
 
 
 def pin_slot(args) -> int | None:
@@ -194,6 +222,17 @@ def timed(fn, calls: int) -> tuple[float, list]:
 def steps_per_s(fn, rounds: int, steps_per_round: int) -> float:
     """Env steps per second of ``rounds`` back-to-back calls of ``fn``."""
     return rounds * steps_per_round / timed(fn, rounds)[0]
+
+
+def stream_fragment(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args):
+    """A fragment as the streaming sampler sends it (no value of its last observation),
+    for ``ray_stream`` to put: the same arrays, so the same serialization."""
+    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed,
+                      bootstrap_value=False)
+    sampler.set_weights(weights, 0)
+    rollout, _stats = sampler.collect()
+    sampler.close()
+    return rollout
 
 
 def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args):
@@ -303,7 +342,7 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
                    bare_s: float) -> tuple[dict[str, float], dict[str, float]]:
     """Env steps/s of the ways that run in Ray actors, in fresh actors; and the share of
     the fleet ways' time spent inside ``Sampler.collect``. ``bare_s``: the bare loop's
-    seconds per fragment, which each ``ray_call`` spends busy."""
+    seconds per fragment, which ``ray_call`` and ``ray_stream`` spend busy."""
     per_round = args.fragment_length * env_cfg.envs_per_sampler
     ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
     sink = Sink.remote()
@@ -313,7 +352,8 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
     bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
         env_cfg, model_cfg, weights, args.seed, pin_slot(args))
     bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed, pin_slot(args))
-    busy = Busy.options(runtime_env=worker_runtime_env()).remote(pin_slot(args))
+    busy = Busy.options(runtime_env=worker_runtime_env()).remote(
+        pin_slot(args), ps, sink, stream_fragment(env_cfg, model_cfg, weights, args))
     # (call, fragments per call): the streaming and bare actors run all rounds in one call.
     ways = {"fleet": (lambda: fetch_fragment(worker), 1),
             "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
@@ -321,11 +361,14 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
         ways[name] = (lambda a=actor: ray.get(a.run.remote(args.rounds, args.fragment_length)),
                       args.rounds)
     ways["ray_call"] = (lambda: ray.get(busy.spin.remote(bare_s)), 1)
+    ways["ray_stream"] = (lambda: ray.get(busy.stream.remote(args.rounds, bare_s, ASK_SHARE)),
+                          args.rounds)
     try:
         fetch_fragment(worker)  # warm-up; the actors also finish starting
         ray.get(streamer.run.remote(2))
         ray.get([a.run.remote(2, args.fragment_length) for a in (bare_actor, bare_plain_actor)])
         ray.get(busy.spin.remote(bare_s))
+        ray.get(busy.stream.remote(2, bare_s, ASK_SHARE))
         rates, shares = {}, {}
         for name, (fn, per_call) in ways.items():
             calls = args.rounds // per_call
@@ -333,8 +376,8 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
             rates[name] = calls * per_call * per_round / seconds
             if name in ("fleet", "stream"):  # their stats: the seconds inside Sampler.collect
                 shares[name] = sum(stats["collect_s"] for stats in results) / seconds
-            elif name == "ray_call":  # busy for bare_s in each call; the rest is the call
-                shares[name] = calls * bare_s / seconds
+            elif name in ("ray_call", "ray_stream"):  # busy bare_s a fragment; the rest is Ray
+                shares[name] = calls * per_call * bare_s / seconds
         return rates, shares
     finally:
         for handle in (worker, streamer, sink, ps, bare_actor, bare_plain_actor, busy):
@@ -345,7 +388,8 @@ def fragment_split(rates: dict[str, list[float]], in_collect: dict[str, list[flo
                    per_round: int) -> dict[str, dict[str, float]]:
     """ms per fragment of each fleet way, in all, inside ``Sampler.collect`` and outside it
     (medians over repeats), beside the plain process's collect and bare loop. For
-    ``ray_call``, "in_collect" is its busy time, and "outside_collect" what the call costs."""
+    ``ray_call`` and ``ray_stream``, "in_collect" is their busy time, and "outside_collect"
+    what their calls cost."""
     def ms(values) -> float:
         return round(statistics.median(values) * 1e3, 2)
 
@@ -402,6 +446,7 @@ def main() -> None:
     # The share of a ray_call's time outside its busy spell (which lasts as long as the
     # bare loop's fragment): the request/response overhead with a sampler that cost nothing.
     floor = statistics.median(1 - share for share in in_collect["ray_call"])
+    floor_stream = statistics.median(1 - share for share in in_collect["ray_stream"])
     split_ms = fragment_split(rates, in_collect, args.fragment_length * env_cfg.envs_per_sampler)
     for name, value in median.items():
         print(f"{name:8s} {value:9.1f} env steps/s", flush=True)
@@ -410,7 +455,8 @@ def main() -> None:
     print(f"overhead {overhead:.1%} (request/response), {overhead_stream:.1%} (streaming); "
           f"the sampler in a plain process {in_process:.1%}; the bare loop itself runs "
           f"{in_actor:.1%} slower inside a Ray actor ({in_actor_no_preload:.1%} without the preload); "
-          f"a bare Ray call around a fragment's worth of work alone costs {floor:.1%}")
+          f"a bare Ray call around a fragment's worth of work alone costs {floor:.1%}, "
+          f"a streaming sampler's calls around it {floor_stream:.1%}")
     critic_speedup = None
     if "sampler_critic_per_step" in rates:
         critic_speedup = ratio("sampler", "sampler_critic_per_step")
@@ -439,6 +485,8 @@ def main() -> None:
         # The floor of request/response on this machine: one Ray call to an actor that only
         # spins for the bare loop's time per fragment, its time beyond the spin as a share.
         "overhead_floor_request_response": floor,
+        # The same for streaming: the weights ask and the fragment's put around that work.
+        "overhead_floor_streaming": floor_stream,
         # Per fragment of each fleet way, ms inside Sampler.collect (in the actor) and ms
         # outside it (Ray calls, transfers, weights), from the medians over repeats; and
         # the plain process's collect (which, as PPO's, values the last observation too).
