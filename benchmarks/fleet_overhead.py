@@ -41,7 +41,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from common import write_result
-from sampling_overhead import GAMMA, TARGET_OVERHEAD, Sink, bare_loop, load_env_cfg, policy
+from sampling_overhead import (GAMMA, TARGET_OVERHEAD, Sink, bare_loop, default_length,
+                               load_env_cfg, policy)
 from walle_ray.__main__ import CONF_DIR
 from walle_ray.algos import algorithm_for
 from walle_ray.config import ModelConfig, TopologyConfig, register_configs
@@ -61,7 +62,7 @@ def default_lengths(env: str, samplers: int) -> tuple[int, int]:
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["algo=ppo", f"env={env}", f"topology.spec={samplers}a1m1l"])
     ppo_length = algorithm_for(cfg.algo).fragment_length(cfg, parse_topology(cfg.topology.spec))
-    return ppo_length, 20 if env == "pong" else 128
+    return ppo_length, default_length(env)
 
 
 def bare_process(env_cfg, model_cfg, weights, length: int, seconds: float, ready, start, out) -> None:

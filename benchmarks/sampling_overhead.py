@@ -98,6 +98,12 @@ SAMPLER_CPUS = 0.95  # two sampler actors (fleet, stream) plus the tiny ones fit
 GAMMA = 0.99
 
 
+def default_length(env: str) -> int:
+    """The fragment length both paths run at with no ``--fragment-length``: 20 for Pong
+    (``preset=impala_pong``'s unrolls), 128 otherwise."""
+    return 20 if env == "pong" else 128
+
+
 def load_env_cfg(name: str) -> DictConfig:
     """The env group option ``env=<name>`` as the CLI would compose it."""
     return OmegaConf.merge(OmegaConf.structured(EnvConfig),
@@ -320,6 +326,7 @@ def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str
     torch.manual_seed(args.seed)
     model = make_actor_critic(obs_space, action_space, model_cfg, env_cfg.normalize_obs).eval()
     weights = model.get_weights()
+    fragment = stream_fragment(env_cfg, model_cfg, weights, args)  # for ray_stream, every repeat
     spawn = multiprocessing.get_context("spawn")
     rates: dict[str, list[float]] = {}
     in_collect: dict[str, list[float]] = {}
@@ -327,7 +334,7 @@ def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str
         with spawn.Pool(1, initializer=start_plain, initargs=(env_cfg, model_cfg, weights, args)) as pool:
             before = pool.apply(time_plain)
             bare_s = args.fragment_length * env_cfg.envs_per_sampler / before["bare"]
-            measured, shares = measure_actors(env_cfg, model_cfg, weights, args, bare_s)
+            measured, shares = measure_actors(env_cfg, model_cfg, weights, fragment, args, bare_s)
             after = pool.apply(time_plain)
         for name in before:  # the plain process before and after the actors: drift cancels
             rates.setdefault(name, []).append((before[name] + after[name]) / 2)
@@ -338,11 +345,12 @@ def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str
     return rates, in_collect
 
 
-def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args,
+def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, fragment, args,
                    bare_s: float) -> tuple[dict[str, float], dict[str, float]]:
     """Env steps/s of the ways that run in Ray actors, in fresh actors; and the share of
     the fleet ways' time spent inside ``Sampler.collect``. ``bare_s``: the bare loop's
-    seconds per fragment, which ``ray_call`` and ``ray_stream`` spend busy."""
+    seconds per fragment, which ``ray_call`` and ``ray_stream`` spend busy; ``fragment``:
+    the one ``ray_stream`` puts (``stream_fragment``)."""
     per_round = args.fragment_length * env_cfg.envs_per_sampler
     ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
     sink = Sink.remote()
@@ -353,7 +361,7 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, ar
         env_cfg, model_cfg, weights, args.seed, pin_slot(args))
     bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed, pin_slot(args))
     busy = Busy.options(runtime_env=worker_runtime_env()).remote(
-        pin_slot(args), ps, sink, stream_fragment(env_cfg, model_cfg, weights, args))
+        pin_slot(args), ps, sink, fragment)
     # (call, fragments per call): the streaming and bare actors run all rounds in one call.
     ways = {"fleet": (lambda: fetch_fragment(worker), 1),
             "stream": (lambda: ray.get(streamer.run.remote(args.rounds)), args.rounds)}
@@ -420,9 +428,8 @@ def main() -> None:
     p.add_argument("--dry-run", action="store_true", help="print the result instead of writing it")
     args = p.parse_args()
     atari = args.env == "pong"
-    default_length = 20 if atari else 128
     if args.fragment_length is None:
-        args.fragment_length = default_length
+        args.fragment_length = default_length(args.env)
     if args.rounds is None:
         args.rounds = max(4, (800 if atari else 6400) // args.fragment_length)
 
@@ -495,7 +502,7 @@ def main() -> None:
         "met_target_streaming": overhead_stream < TARGET_OVERHEAD,
     }
     name = "sampling_overhead" if args.env == "cartpole" else f"sampling_overhead_{args.env}"
-    if args.fragment_length != default_length:
+    if args.fragment_length != default_length(args.env):
         name += f"_f{args.fragment_length}"
     if not args.pin:
         name += "_nopin"
