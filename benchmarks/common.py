@@ -16,16 +16,32 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine() -> dict:
+    """Where a result was measured: figures from different CPUs are not comparable."""
     import ray
     import torch
+
+    from walle_ray.models.precision import cpu_features
 
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip()
     except OSError:  # no git (e.g. inside the Docker image)
         commit = "unknown"
-    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": cpu_features(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "ray": ray.__version__, "commit": commit,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}

@@ -33,7 +33,7 @@ from walle_ray.models import make_actor_critic
 def trainer(size: int, batch: int, way: str):
     """One gradient step per call on a fixed batch, in the given layout and precision."""
     torch.manual_seed(0)
-    cfg = OmegaConf.structured(ModelConfig(bf16=way == "bf16"))
+    cfg = OmegaConf.structured(ModelConfig(bf16="true" if way == "bf16" else "false"))
     space = gym.spaces.Box(0, 255, (4, size, size), np.uint8)
     model = make_actor_critic(space, gym.spaces.Discrete(6), cfg)
     if way == "nchw":

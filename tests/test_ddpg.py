@@ -167,6 +167,52 @@ def test_priorities_are_the_td_errors_the_explorer_computes():
     assert "priorities" not in make_update(DDPGConfig()).update([a], 0)  # uniform replay: none
 
 
+def test_priorities_are_the_td_errors_of_the_target_networks():
+    """|r + discount * Q'(s', mu'(s')) - Q(s, a)| computed from the networks directly, with
+    target networks that differ from the online ones."""
+    upd = make_update(DDPGConfig(prioritized=True))
+    upd.update([make_batch(seed=5)], env_steps=0)  # the targets start from the online nets
+    with torch.no_grad():
+        for p in upd.target.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    b = make_batch(6, seed=6)
+    obs, act, next_obs = (torch.from_numpy(x) for x in (b.obs, b.action, b.next_obs))
+    with torch.no_grad():
+        next_q = upd.target.critics[0](torch.cat([next_obs, upd.target.act(next_obs)], -1))[:, 0]
+        q = upd.model.critics[0](torch.cat([obs, act], -1))[:, 0]
+    want = np.abs(b.reward + b.discount * next_q.numpy() - q.numpy())
+    np.testing.assert_allclose(upd.update([b], env_steps=0)["priorities"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_skipped_critic_step_sends_no_priorities():
+    upd = make_update(DDPGConfig(prioritized=True))
+    bad = make_batch(seed=7)
+    reward = bad.reward.copy()
+    reward[2] = np.nan
+    out = upd.update([replace(bad, reward=reward)], env_steps=0)
+    assert upd.guard.skipped == 1 and "priorities" not in out
+
+
+def test_td3_target_noise_scales_with_each_action_dimensions_half_range(monkeypatch):
+    """TD3's target noise and its clip are given for actions in [-1, 1]; for a dimension
+    with bounds [low, high] both scale by (high - low) / 2."""
+    import walle_ray.algos.ddpg.update as ddpg_update
+
+    seen = {}
+
+    def spy(action, noise, noise_clip, low, high):
+        seen.update(noise=noise, noise_clip=noise_clip)
+        return smooth_target_action(action, noise, noise_clip, low, high)
+
+    monkeypatch.setattr(ddpg_update, "smooth_target_action", spy)
+    monkeypatch.setattr(torch, "randn_like", torch.ones_like)  # unit noise, to read its scale
+    upd = make_update(TD3Config(target_noise=0.2, target_noise_clip=0.5))
+    upd.update([make_batch(4)], env_steps=0)
+    half_range = (ACT.high - ACT.low) / 2  # [1, 2]
+    np.testing.assert_allclose(seen["noise"].numpy(), np.tile(0.2 * half_range, (4, 1)), rtol=1e-6)
+    np.testing.assert_allclose(seen["noise_clip"].numpy(), 0.5 * half_range, rtol=1e-6)
+
+
 def test_state_dict_restores_targets_optimizers_and_counter():
     upd = make_update(TD3Config())
     for seed in range(3):

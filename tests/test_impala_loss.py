@@ -1,5 +1,7 @@
 """IMPALA, CLEAR and LASER terms on hand-computed examples."""
 
+import math
+
 import pytest
 import torch
 
@@ -51,3 +53,28 @@ def test_clear_policy_gradient_pulls_towards_the_behaviour():
                          policy_coef=1.0, value_coef=0.0)
     loss.backward()
     assert logits.grad[0, 0, 0] < 0 < logits.grad[0, 0, 1]  # raise the behaviour's favourite
+
+
+def test_laser_divergence_is_kl_from_pi_to_the_policy_vtrace_evaluates():
+    """KL(pi || pi_rho), pi_rho ∝ min(rho_bar mu, pi) (Schmitt et al. 2020), worked by hand."""
+    from walle_ray.models.heads import ActionHead, CategoricalHead, GaussianHead
+
+    head = CategoricalHead(2)
+    pi, mu = torch.tensor([[0.5, 0.5]]).log(), torch.tensor([[0.9, 0.1]]).log()
+    # min(mu, pi) = [0.5, 0.1] -> pi_rho = [5/6, 1/6]
+    want = 0.5 * math.log(0.5 / (5 / 6)) + 0.5 * math.log(0.5 / (1 / 6))
+    assert head.implied_kl(pi, mu, 1.0).item() == pytest.approx(want, rel=1e-5)
+    assert head.implied_kl(pi, pi, 1.0).item() == pytest.approx(0.0, abs=1e-6)
+    # Behaviour mass above pi is truncated away: with rho_bar = 2, mu = [0.3, 0.7] covers
+    # pi = [0.5, 0.5] (2 mu >= pi everywhere), so V-trace evaluates pi itself.
+    assert head.implied_kl(pi, torch.tensor([[0.3, 0.7]]).log(), 2.0).item() == pytest.approx(0.0, abs=1e-6)
+    assert head.kl(torch.tensor([[0.3, 0.7]]).log(), pi).item() > 0.05  # KL(mu || pi) is not
+    # The sampled estimate (continuous heads) agrees with the exact sum.
+    torch.manual_seed(0)
+    logits_pi, logits_mu = torch.randn(4, 5), torch.randn(4, 5)
+    exact = CategoricalHead(5).implied_kl(logits_pi, logits_mu, 1.0)
+    sampled = ActionHead.implied_kl(CategoricalHead(5), logits_pi, logits_mu, 1.0, samples=200_000)
+    torch.testing.assert_close(sampled, exact, rtol=0.02, atol=0.005)
+    gauss = GaussianHead(2)
+    same = torch.tensor([[0.1, -0.2, -0.5, 0.0]])
+    assert gauss.implied_kl(same, same, 1.0).abs().item() < 1e-6

@@ -61,3 +61,44 @@ def test_weights_round_trip_through_numpy(bf16):
     x = frames(4)
     torch.testing.assert_close(target(x), source(x))
     assert target.torso.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.fixture
+def cpu_bf16(monkeypatch):
+    """Set whether this CPU computes bfloat16 natively (AVX-512 BF16), for ``auto``."""
+    from walle_ray.models import precision
+
+    def set_native(native: bool) -> None:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        precision.native_bf16.cache_clear()
+
+    yield set_native
+    precision.native_bf16.cache_clear()
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_auto_uses_bf16_only_on_cpus_that_compute_it_natively(cpu_bf16, native):
+    from walle_ray.models.precision import describe, use_bf16
+
+    cpu_bf16(native)
+    assert use_bf16("auto", "cpu") is native
+    assert use_bf16("true", "cpu") and not use_bf16("false", "cpu")  # the user's word stands
+    assert ("bfloat16" if native else "float32") in describe("auto")
+    exact, auto = model(False), model("auto")
+    auto.load_state_dict(exact.state_dict())
+    x = frames()
+    same = torch.equal(auto(x)[0], exact(x)[0])
+    assert same is not native  # float32 exactly, or the bfloat16 torso
+
+
+def test_presets_leave_bf16_to_auto_and_bad_values_name_the_key():
+    from walle_ray.config import ConfigError, validate
+
+    from conftest import make_cfg
+
+    for algo in ("impala", "ppo", "dqn", "apex"):
+        assert make_cfg(f"algo={algo}", "env=pong").model.bf16 == "auto"
+    validate(make_cfg("model.bf16=true"))
+    with pytest.raises(ConfigError, match=r"^model\.bf16: got 'maybe'"):
+        validate(make_cfg("model.bf16=maybe"))

@@ -69,6 +69,7 @@ def test_apex_on_pong_keeps_frames_once_through_a_checkpoint(tmp_path):
             "algo.batch_size=16", "memory.checkpoint=true", "logger.progress=line",
             "run.report_every_s=2"]
     out = run_cli(*pong, "run.total_env_steps=1200", f"hydra.run.dir={tmp_path}").stdout
+    assert re.search(r"image torso in (bfloat16|float32) \(model\.bf16=auto; this CPU: ", out), out
     last = records(tmp_path)[-1]
     assert "stopped (budget)" in out and last["updates"] > 0
     held, frames = last["memory/0/size"], last["memory/0/frames"]

@@ -198,6 +198,22 @@ def test_missing_priorities_take_the_largest_seen():
     np.testing.assert_allclose(shard.sums.total, ((np.array([1, 7, 7]) + 1e-6) ** 0.6).sum())
 
 
+def test_infinite_priorities_never_enter_the_trees():
+    """An inf TD error (from a learner, or a sampler's initial priority) gets the largest
+    finite priority seen, so the tree total stays finite and draws follow the others."""
+    shard = PrioritizedReplay(4, 4, alpha=1.0, learning_starts=0, seed=2)
+    shard.put(transitions(range(4), priority=[1.0, 2.0, 3.0, np.inf]))
+    shard.update_priorities(np.array([0, 1]), np.array([np.inf, -np.inf]))
+    assert shard.max_priority == 3.0 and np.isfinite(shard.sums.total)
+    np.testing.assert_allclose(shard.priority, [3.0, 3.0, 3.0, 3.0])
+    counts = np.zeros(4)
+    for _ in range(200):
+        batch = shard.sample()
+        assert np.all(batch.weight > 0)
+        counts += np.bincount(batch.index, minlength=4)
+    assert counts.min() > 0.2 * counts.sum() / 4  # not every draw on one slot
+
+
 def test_uniform_mode():
     shard = PrioritizedReplay(10, 5, prioritized=False, learning_starts=0)
     shard.put(transitions(range(10), priority=np.arange(10) * 100.0))

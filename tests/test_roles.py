@@ -1,5 +1,6 @@
 """Roles stepped by hand: sampler on a counting env, memory, parameter server, normaliser."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -66,6 +67,54 @@ def test_truncation_records_the_value_of_the_final_observation():
         v_final = s.model(torch.tensor([[float(LENGTH)]]))[1].item()
     np.testing.assert_allclose(r.final_v_t[4], [v_final, v_final], rtol=1e-5)
     assert (r.final_v_t[[0, 1, 2, 3, 5, 6]] == 0).all()
+
+
+def test_truncated_steps_carry_their_final_observations():
+    """A learner that values truncated episodes' final observations itself (IMPALA) finds
+    them in the fragment; the sampler's own value there is NaN, so it cannot be used."""
+    s = Sampler(counting(truncate=True), OmegaConf.structured(ModelConfig()), fragment_length=7,
+                gamma=0.5, bootstrap_value=False)
+    r, _ = s.collect()
+    r.check()
+    assert r.truncated_t[4].all() and r.final_obs.shape == (2, 1)
+    np.testing.assert_array_equal(r.final_obs[:, 0], [LENGTH, LENGTH])
+    assert np.isnan(r.final_v_t[4]).all() and (r.final_v_t[[0, 1, 2, 3, 5, 6]] == 0).all()
+    untruncated, _ = make_sampler().collect()
+    assert untruncated.final_obs.shape == (0, 1) and untruncated.final_obs.dtype == np.float32
+
+
+def labelled_rollout(truncated_t, first_label=0):
+    """A rollout whose final observation of the truncated step (t, b) reads
+    first_label + 10 * t + b, so where each one went can be read off."""
+    from walle_ray.batch import Rollout
+
+    T, B = truncated_t.shape
+    t_idx, b_idx = np.nonzero(truncated_t)
+    z = np.zeros((T, B), np.float32)
+    return Rollout(obs_t=np.zeros((T, B, 1), np.float32), action_t=np.zeros((T, B), np.int64),
+                   reward_t=z, terminated_t=np.zeros((T, B), bool), truncated_t=truncated_t,
+                   logp_t=z, dist_t=np.zeros((T, B, 2), np.float32), v_t=z, final_v_t=z,
+                   final_obs=(first_label + 10 * t_idx + b_idx).astype(np.float32)[:, None],
+                   return_t=z, last_obs=np.zeros((B, 1), np.float32), last_v=np.zeros(B, np.float32),
+                   version_b=np.zeros(B, np.int64), replayed_b=np.zeros(B, bool))
+
+
+def test_final_observations_follow_their_rows_through_rows_and_concat():
+    a = labelled_rollout(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], bool))
+    b = labelled_rollout(np.array([[1, 0], [0, 0], [0, 1]], bool), first_label=1000)
+    joined = concat_rollouts([a, b])  # columns a0 a1 a2 b0 b1
+    joined.check()
+    labels = {(0, 1): 1, (1, 0): 10, (1, 2): 12, (2, 1): 21, (0, 3): 1000, (2, 4): 1021}
+    want = [labels[tb] for tb in zip(*np.nonzero(joined.truncated_t))]
+    np.testing.assert_array_equal(joined.final_obs[:, 0], want)
+    for cols in ([1], [4, 0], slice(2, 4)):
+        part = joined.rows(cols)
+        part.check()
+        picked = np.arange(5)[cols]
+        want = [labels[(t, picked[c])] for t, c in zip(*np.nonzero(part.truncated_t))]
+        np.testing.assert_array_equal(part.final_obs[:, 0], want)
+    with pytest.raises(ValueError, match="one final observation per truncated step"):
+        dataclasses.replace(a, final_obs=a.final_obs[:1]).check()
 
 
 def test_values_computed_per_fragment_match_the_full_forward_pass():

@@ -22,7 +22,10 @@ class Rollout:
     logp_t: np.ndarray  # [T, B] float32 log-probability of action_t under the behaviour policy
     dist_t: np.ndarray  # [T, B, D] float32 behaviour distribution parameters (logits or mean|log_std)
     v_t: np.ndarray  # [T, B] float32 behaviour value estimate of obs_t
-    final_v_t: np.ndarray  # [T, B] float32 value of the final observation where truncated_t, else 0
+    final_v_t: np.ndarray  # [T, B] float32 behaviour value of the final observation where
+    #                        truncated_t (NaN where learners value final_obs themselves), else 0
+    final_obs: np.ndarray  # [K, *obs_shape] final observation of each of the K truncated steps,
+    #                        in the order of np.nonzero(truncated_t) (time, then row)
     return_t: np.ndarray  # [T, B] float32 running discounted return (zeros unless env.normalize_reward)
     last_obs: np.ndarray  # [B, *obs_shape] observation after the fragment (for bootstrapping)
     last_v: np.ndarray  # [B] float32 behaviour value of last_obs (NaN where the algorithm's
@@ -35,31 +38,54 @@ class Rollout:
         return int(self.reward_t.shape[0] * self.reward_t.shape[1])
 
     def check(self) -> None:
-        """Raise ValueError when arrays disagree on [T, B]."""
+        """Raise ValueError when arrays disagree on [T, B] (and final_obs on K)."""
         t, b = self.reward_t.shape
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "final_obs":
+                want = (int(self.truncated_t.sum()), *self.last_obs.shape[1:])
+                if value.shape != want:
+                    raise ValueError(f"Rollout.final_obs has shape {value.shape}, expected {want}: "
+                                     "one final observation per truncated step")
+                continue
             want = (b,) if f.name in ROW_FIELDS else (t, b)
             if value.shape[: len(want)] != want:
                 raise ValueError(f"Rollout.{f.name} has shape {value.shape}, expected {want} first")
 
     def rows(self, index) -> "Rollout":
-        """The rows (env columns) ``index`` selects: a slice gives views, a list gives copies."""
+        """The rows (env columns) ``index`` selects: a slice gives views, a list gives copies
+        (final_obs is always a copy)."""
+        picked = final_index(self.truncated_t)[:, index]
         return Rollout(**{f.name: getattr(self, f.name)[index] if f.name in ROW_FIELDS
+                          else self.final_obs[picked[picked >= 0]] if f.name == "final_obs"
                           else getattr(self, f.name)[:, index] for f in fields(self)})
 
 
-# Fields whose leading axis is B (one value per row) rather than [T, B].
+# Fields whose leading axis is B (one value per row) rather than [T, B]; final_obs has
+# its own axis K, the truncated steps.
 ROW_FIELDS = frozenset({"last_obs", "last_v", "version_b", "replayed_b"})
+
+
+def final_index(truncated_t: np.ndarray) -> np.ndarray:
+    """[T, B] int64: the index into final_obs of each truncated step, -1 elsewhere."""
+    index = np.full(truncated_t.shape, -1, np.int64)
+    index[truncated_t] = np.arange(int(truncated_t.sum()))
+    return index
 
 
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
     """Join fragments of equal length along the env axis B."""
     if len(rollouts) == 1:
         return rollouts[0]
-    return Rollout(**{f.name: np.concatenate([getattr(r, f.name) for r in rollouts],
-                                             axis=0 if f.name in ROW_FIELDS else 1)
-                      for f in fields(Rollout)})
+    joined = {f.name: np.concatenate([getattr(r, f.name) for r in rollouts],
+                                     axis=0 if f.name in ROW_FIELDS | {"final_obs"} else 1)
+              for f in fields(Rollout)}
+    # final_obs is in (time, row) order per part; the joined rows interleave the parts' steps.
+    offsets = np.cumsum([0] + [len(r.final_obs) for r in rollouts[:-1]])
+    index = np.concatenate([np.where(i >= 0, i + o, -1) for i, o in
+                            zip((final_index(r.truncated_t) for r in rollouts), offsets)], axis=1)
+    joined["final_obs"] = joined["final_obs"][index[index >= 0]]
+    return Rollout(**joined)
 
 
 @dataclass

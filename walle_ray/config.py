@@ -94,7 +94,9 @@ class ModelConfig:
     activation: str = "tanh"  # tanh | relu
     log_std_init: float = 0.0  # initial log-std of a Gaussian policy
     ortho_init: bool = True  # orthogonal init with small policy-head gain
-    bf16: bool = False  # image torso under bfloat16 autocast: ~2x on CPUs with AMX/AVX-512 BF16
+    # Image torso under bfloat16 autocast: auto (only where the CPU or GPU computes bfloat16
+    # natively; elsewhere it is emulated and much slower), true or false
+    bf16: str = "auto"
 
 
 @dataclass
@@ -167,6 +169,7 @@ def _require(ok: bool, key: str, message: str) -> None:
 def validate(cfg: DictConfig) -> None:
     """Range checks that the types cannot express; raises ConfigError naming the key."""
     from walle_ray.algos import algorithm_for
+    from walle_ray.models.precision import bf16_setting
     from walle_ray.topology import parse_topology
 
     _require(cfg.mode in ("train", "eval"), "mode", f"got {cfg.mode!r}; use train or eval")
@@ -187,6 +190,10 @@ def validate(cfg: DictConfig) -> None:
              f"got {cfg.learner.on_nonfinite!r}; use skip or stop")
     _require(cfg.model.activation in ("tanh", "relu"), "model.activation",
              f"got {cfg.model.activation!r}; use tanh or relu")
+    try:
+        bf16_setting(cfg.model.bf16)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
              "model.hidden", "needs one or more positive layer widths")
     _require(cfg.logger.name in ("console", "wandb"), "logger.name",

@@ -25,9 +25,11 @@ class Sampler:
                  gamma: float, index: int = 0, seed: int = 0, deterministic: bool = False,
                  bootstrap_value: bool = True):
         """``bootstrap_value``: compute ``last_v``, the value of the observation after the
-        fragment. Algorithms whose learners compute it themselves (IMPALA) turn it off; for
-        a conv net that saves one forward pass per fragment. Off, ``last_v`` is NaN, so a
-        learner that reads it anyway fails loudly instead of learning from zeros."""
+        fragment, and ``final_v_t``, the values of truncated episodes' final observations.
+        Algorithms whose learners compute them with their own newer network (IMPALA, from
+        ``last_obs`` and ``final_obs``) turn it off; for a conv net that saves one forward
+        pass per fragment. Off, both are NaN, so a learner that reads them anyway fails
+        loudly instead of learning from zeros."""
         torch.set_num_threads(1)  # many samplers share few cores; intra-op threads only contend
         self.index = index
         self.fragment_length = fragment_length
@@ -80,6 +82,7 @@ class Sampler:
         truncated_t = np.empty((T, B), bool)
         final_v_t = np.zeros((T, B), np.float32)
         actions, logps, params, values = [], [], [], []
+        finals = []  # final observations of truncated steps, in (time, row) order
         returns, lengths = [], []
         for t in range(T):
             if t == ask_at:
@@ -96,8 +99,10 @@ class Sampler:
             ended = step(action.numpy(), obs_all[t + 1], reward_t[t], terminated_t[t], truncated_t[t])
             if ended is not None:
                 rows = np.flatnonzero(truncated_t[t])
-                if rows.size:
-                    final_v_t[t, rows] = self._value(ended.final_obs[rows])
+                if rows.size:  # a time limit: the value after it bootstraps the return
+                    finals.append(ended.final_obs[rows])
+                    final_v_t[t, rows] = (self._value(finals[-1]) if self.bootstrap_value
+                                          else np.nan)
                 returns += ended.episode_returns
                 lengths += ended.episode_lengths
         self.obs = last_obs
@@ -117,6 +122,8 @@ class Sampler:
                           logp_t=torch.stack(logps).numpy(),
                           dist_t=torch.stack(params).numpy(),
                           v_t=v_t, final_v_t=final_v_t,
+                          final_obs=(np.concatenate(finals) if finals else
+                                     np.empty((0, *self.obs.shape[1:]), self.obs.dtype)),
                           return_t=self._discounted_returns(reward_t, terminated_t, truncated_t),
                           last_obs=last_obs, last_v=last_v,
                           version_b=np.full(B, self.version, np.int64),

@@ -216,9 +216,11 @@ class PrioritizedReplay:
         return obs + (self.frames.nbytes if self.frames is not None else 0)
 
     def _set_priorities(self, slots: np.ndarray, priority: np.ndarray) -> None:
-        """Store |priority| per slot (NaN: the largest seen so far); the trees get p ** alpha."""
+        """Store |priority| per slot; the trees get p ** alpha. NaN (none given) and inf (a
+        diverged TD error) both get the largest finite priority seen so far: one inf in the
+        trees would make their total inf, every weight 0 and every draw the same slot."""
         slots, priority = last_wins(slots, np.abs(np.asarray(priority, np.float64)))
-        known = ~np.isnan(priority)
+        known = np.isfinite(priority)
         if known.any():
             self.max_priority = max(self.max_priority, float(priority[known].max()))
         priority[~known] = self.max_priority

@@ -16,8 +16,12 @@ class RewardScaler:
     def __init__(self) -> None:
         self.norm = RunningNorm(())
 
-    def __call__(self, batch: Rollout, collective: Collective) -> np.ndarray:
-        moments = collective.all_reduce_sum(self.norm.moments(torch.from_numpy(batch.return_t)))
+    def __call__(self, batch: Rollout, collective: Collective,
+                 counted_b: np.ndarray | None = None) -> np.ndarray:
+        """The batch's rewards, scaled; the statistics count only the rows where
+        ``counted_b`` [B] is true (all when None), so replayed rows count once, when fresh."""
+        return_t = batch.return_t if counted_b is None else batch.return_t[:, counted_b]
+        moments = collective.all_reduce_sum(self.norm.moments(torch.from_numpy(return_t)))
         self.norm.update_from_moments(moments)
         scale = float(torch.sqrt(self.norm.var + 1e-8))
         return (batch.reward_t / scale).astype(np.float32)
@@ -30,13 +34,16 @@ class RewardScaler:
 
 
 @torch.no_grad()
-def update_obs_norm(model, batch: Rollout, collective: Collective) -> None:
-    """Merge the batch's observations into the model's normaliser (if it has one).
+def update_obs_norm(model, batch: Rollout, collective: Collective,
+                    counted_b: np.ndarray | None = None) -> None:
+    """Merge the batch's observations into the model's normaliser (if it has one), from the
+    rows where ``counted_b`` [B] is true (all when None).
 
     Called after an update, so the update saw the statistics the samplers acted with.
     """
     norm = model.obs_norm
     if norm is None:
         return
-    obs = torch.from_numpy(np.asarray(batch.obs_t).reshape(-1, *batch.obs_t.shape[2:]))
+    obs_t = np.asarray(batch.obs_t) if counted_b is None else np.asarray(batch.obs_t)[:, counted_b]
+    obs = torch.from_numpy(obs_t.reshape(-1, *batch.obs_t.shape[2:]))
     norm.update_from_moments(collective.all_reduce_sum(norm.moments(obs)))

@@ -36,6 +36,20 @@ class ActionHead(ABC):
         """KL(p || q) per row."""
         return kl_divergence(self.dist(p_params), self.dist(q_params))
 
+    @torch.no_grad()
+    def implied_kl(self, target_params: torch.Tensor, behaviour_params: torch.Tensor,
+                   rho_bar: float, samples: int = 32) -> torch.Tensor:
+        """KL(pi || pi_rho) per row, pi_rho(a) ∝ min(rho_bar * mu(a), pi(a)): how far the
+        target policy pi is from the policy that V-trace with behaviour mu evaluates (LASER's
+        divergence). This estimate draws ``samples`` actions from pi:
+        E_pi[log pi - log min(rho_bar mu, pi)] + log E_pi[min(rho_bar mu / pi, 1)]."""
+        pi, mu = self.dist(target_params), self.dist(behaviour_params)
+        action = pi.sample((samples,))
+        logp_pi, logp_mu = pi.log_prob(action), mu.log_prob(action)
+        log_min = torch.minimum(logp_mu + math.log(rho_bar), logp_pi)
+        log_z = torch.logsumexp(log_min - logp_pi, 0) - math.log(samples)
+        return (logp_pi - log_min).mean(0) + log_z
+
 
 class CategoricalHead(ActionHead):
     """Discrete actions; params are logits."""
@@ -48,6 +62,14 @@ class CategoricalHead(ActionHead):
 
     def mode(self, params):
         return params.argmax(-1)
+
+    @torch.no_grad()
+    def implied_kl(self, target_params, behaviour_params, rho_bar, samples=32):
+        """Exact over the actions (see ``ActionHead.implied_kl``)."""
+        logp_pi = torch.log_softmax(target_params, -1)
+        log_min = torch.minimum(torch.log_softmax(behaviour_params, -1) + math.log(rho_bar), logp_pi)
+        log_implied = log_min - torch.logsumexp(log_min, -1, keepdim=True)
+        return (logp_pi.exp() * (logp_pi - log_implied)).sum(-1)
 
     def act(self, params, deterministic=False):
         logp = torch.log_softmax(params, -1)

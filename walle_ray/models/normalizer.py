@@ -33,6 +33,8 @@ class RunningNorm(nn.Module):
         """Merge a batch's (possibly all-reduced) moments into the running statistics."""
         d = self.mean.numel()
         n, s, ss = moments[0], moments[1:1 + d], moments[1 + d:]
+        if n <= 0:  # nothing new counted (e.g. a batch of replayed rows only)
+            return
         batch_mean = s / n
         batch_var = torch.clamp(ss / n - batch_mean ** 2, min=0.0)
         total = self.count + n

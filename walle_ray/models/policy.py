@@ -13,6 +13,7 @@ from torch.nn import functional as F
 from walle_ray.config import ModelConfig
 from walle_ray.models.heads import ActionHead, GaussianHead, make_action_head
 from walle_ray.models.normalizer import RunningNorm
+from walle_ray.models.precision import bf16_setting, use_bf16
 
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 
@@ -53,13 +54,14 @@ class ConvTorso(nn.Module):
     of the compute, since on CPU learners the network bounds throughput.
 
     Convolutions run channels-last (NHWC), which oneDNN computes 1.5-1.8x faster on CPU
-    than NCHW. With ``bf16`` they run under bfloat16 autocast (weights stay float32, the
-    output is float32): another 1.8-2.3x for training on CPUs with AMX or AVX-512 BF16.
+    than NCHW. Under bfloat16 (``bf16``: auto, true or false, see ``models/precision.py``)
+    they run under autocast: weights stay float32 and so does the output. ``auto`` decides
+    per device type, once, whether that device computes bfloat16 natively.
     """
 
-    def __init__(self, in_channels: int, size: int, ortho: bool, bf16: bool = False):
+    def __init__(self, in_channels: int, size: int, ortho: bool, bf16: str | bool = "auto"):
         super().__init__()
-        self.bf16 = bf16
+        self.bf16 = bf16_setting(bf16)
         if size == 84:
             convs, hidden = [(in_channels, 32, 8, 4, 0), (32, 64, 4, 2, 0), (64, 64, 3, 1, 0)], 512
         else:
@@ -76,7 +78,8 @@ class ConvTorso(nn.Module):
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         x = (frames.float() / 255.0).contiguous(memory_format=torch.channels_last)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16,
+                            enabled=use_bf16(self.bf16, x.device.type)):
             return self.fc(self.convs(x)).float()
 
 

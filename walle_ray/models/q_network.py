@@ -16,7 +16,7 @@ class QNetwork(nn.Module):
     """Q(s, .) for every action; dueling splits it into V(s) + A(s, a) - mean_a A(s, a)."""
 
     def __init__(self, obs_space: gym.Space, num_actions: int, hidden: list[int],
-                 activation: str = "relu", dueling: bool = True, bf16: bool = False):
+                 activation: str = "relu", dueling: bool = True, bf16: str | bool = "auto"):
         super().__init__()
         self.obs_shape = tuple(obs_space.shape)
         self.image = len(self.obs_shape) == 3
@@ -55,4 +55,4 @@ def make_q_network(obs_space: gym.Space, action_space: gym.Space, cfg) -> QNetwo
     """The DQN family's network from ``cfg.algo`` (hidden, activation, dueling) and
     ``cfg.model.bf16``."""
     return QNetwork(obs_space, int(action_space.n), list(cfg.algo.hidden), cfg.algo.activation,
-                    cfg.algo.dueling, bool(cfg.model.bf16))
+                    cfg.algo.dueling, cfg.model.bf16)

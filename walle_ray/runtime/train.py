@@ -17,6 +17,7 @@ from walle_ray.algos import algorithm_for
 from walle_ray.config import ConfigError, to_container, validate
 from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
+from walle_ray.models.precision import describe as describe_bf16
 from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
                                           load_checkpoint, save_checkpoint, tensors_to_arrays)
 from walle_ray.runtime.fleet import RoleDied, RoleError
@@ -150,6 +151,10 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
         "env_steps": 0, "iterations": 0, "episodes": 0, "wall_s": 0.0, "recent_returns": []}
     label = f"{cfg.algo.name} {cfg.env.name} {topo}"
     print(f"walle_ray: {label}: run directory {run_dir.resolve()}", flush=True)
+    if len(obs_space.shape) == 3:
+        print(f"walle_ray: {describe_bf16(cfg.model.bf16)}"
+              + ("; GPU learners decide for their GPU" if cfg.learner.num_gpus > 0 else ""),
+              flush=True)
     namespace = f"walle_ray-{run_dir.name}"
     fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=namespace)
     try:

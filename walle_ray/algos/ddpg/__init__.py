@@ -11,7 +11,6 @@ from walle_ray.algos.ddpg.update import DDPGUpdate
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_continuous, configured_fragment_length,
                                    require_algo)
-from walle_ray.config import ConfigError
 from walle_ray.models.deterministic import check_vector_obs, make_deterministic_model
 
 
@@ -37,11 +36,6 @@ def validate(cfg: DictConfig) -> None:
         (a.activation in ("relu", "tanh"), "activation", f"got {a.activation!r}; use relu or tanh"),
     ]
     require_algo(checks)
-    # Replay samplers feed raw observations and rewards; these switches would be ignored.
-    for key in ("normalize_obs", "normalize_reward"):
-        if cfg.env[key]:
-            raise ConfigError(f"env.{key}: {a.name} learns from raw observations and rewards; "
-                              f"set env.{key}=false")
 
 
 def check_spaces(algo_name: str):

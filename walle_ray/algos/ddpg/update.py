@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -74,7 +76,9 @@ class DDPGUpdate:
                        actor_grad_norm=self._step(self.actor_optimizer, self.actor_params, pi_loss,
                                                   "actor_loss"))
             polyak_update(self.target, model, cfg.tau)
-        if cfg.prioritized:  # uniform shards have no use for them
+        # Uniform shards have no use for priorities; none when the guard skipped the critic
+        # step, since its TD errors are not finite.
+        if cfg.prioritized and math.isfinite(out["critic_grad_norm"]):
             out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import torch
@@ -57,7 +58,9 @@ class DQNUpdate:
         out = {"loss": float(loss.detach()), "q_mean": float(q_taken.mean()),
                "target_mean": float(target.mean()), "td_error_mean": float(td.abs().mean()),
                "grad_norm": float(grad_norm)}
-        if cfg.prioritized:  # new priorities for the shard; uniform shards have no use for them
+        # New priorities for the shard (uniform shards have no use for them); none when the
+        # guard skipped the step, since its TD errors are not finite.
+        if cfg.prioritized and math.isfinite(grad_norm):
             out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
         return out
 

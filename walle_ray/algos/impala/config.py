@@ -18,7 +18,12 @@ class ReplaySpec:
 
 @dataclass
 class IMPALAConfig:
-    """Importance-weighted actor-learner: samplers and learners run asynchronously."""
+    """Importance-weighted actor-learner: samplers and learners run asynchronously.
+
+    The losses are means over the T x B steps of a batch, not sums as in the paper's code, so
+    the optimizer defaults are those of mean-reduced actor-critics (A2C's RMSProp epsilon and
+    gradient clip), not the paper's 0.01 and 40, which assume gradients T x B times larger.
+    """
 
     name: str = "impala"  # shown in run names and metrics
     fragment_length: int = 20  # unroll length T of each fragment
@@ -27,7 +32,7 @@ class IMPALAConfig:
     lr: float = 6e-4  # learning rate
     lr_schedule: str = "linear"  # constant | linear (to 0 at run.total_env_steps)
     rmsprop_alpha: float = 0.99  # RMSProp smoothing constant
-    eps: float = 0.01  # optimizer epsilon
+    eps: float = 1e-5  # optimizer epsilon (added to RMSProp's root mean square)
     gamma: float = 0.99  # discount
     rho_bar: float = 1.0  # V-trace: truncation of the importance weights in the value targets
     c_bar: float = 1.0  # V-trace: truncation of the trace coefficients
@@ -35,11 +40,12 @@ class IMPALAConfig:
     vtrace_lambda: float = 1.0  # V-trace: extra trace decay
     baseline_coef: float = 0.5  # value loss weight
     ent_coef: float = 0.01  # entropy bonus weight
-    max_grad_norm: float = 40.0  # global gradient-norm clip
+    max_grad_norm: float = 0.5  # global gradient-norm clip of the mean loss's gradient
     replay: List[ReplaySpec] = field(default_factory=lambda: [ReplaySpec()])  # memory mix
     clear_policy_coef: float = 0.0  # CLEAR: KL(behaviour || current) on replayed rows; 0: off
     clear_value_coef: float = 0.0  # CLEAR: (V - stored V)^2 on replayed rows; 0: off
-    laser_kl_threshold: Optional[float] = None  # LASER: drop steps with KL(behaviour || current) above this
+    # LASER: drop steps whose KL(current || the policy V-trace evaluates) is above this; null: off
+    laser_kl_threshold: Optional[float] = None
     fragments_per_call: int = 4  # fragments a sampler collects per driver call (reporting grain)
     updates_per_call: int = 8  # updates a learner runs per driver call (reporting grain)
     prefetch: int = 2  # batch requests each learner keeps in flight

@@ -43,9 +43,20 @@ def clear_loss(kl_t: torch.Tensor, v_t: torch.Tensor, stored_v_t: torch.Tensor,
     return loss, {"clear_policy": policy.detach(), "clear_value": value.detach()}
 
 
-def laser_mask(kl_t: torch.Tensor, threshold: float | None) -> torch.Tensor | None:
-    """LASER's trust region (Schmitt et al. 2020): keep steps whose behaviour policy is
-    within ``threshold`` KL of the current one; None when LASER is off."""
+def laser_mask(divergence_t: torch.Tensor, threshold: float | None) -> torch.Tensor | None:
+    """LASER's trust region (Schmitt et al. 2020, section 4): 1 on steps to keep, 0 on steps
+    to reject; None when LASER is off.
+
+    ``divergence_t`` is the paper's test, KL(pi || pi_rho) per step (``ActionHead.implied_kl``):
+    the KL from the current policy pi to the policy V-trace actually evaluates when acting
+    with behaviour mu and truncating at rho_bar, pi_rho ∝ min(rho_bar mu, pi). It is not
+    KL(mu || pi): where a behaviour puts more mass than pi on an action, V-trace's truncation
+    removes the excess anyway, so the test depends on mu only where rho_bar mu < pi, that is,
+    on how much of pi the behaviour fails to cover.
+    A rejected step is dropped entirely, as in the paper: ``vtrace`` zeroes its weights, so
+    it adds no TD error and cuts the trace of earlier steps (their targets bootstrap from
+    its value), and ``impala_loss`` leaves it out of the policy and value terms.
+    """
     if threshold is None:
         return None
-    return (kl_t <= threshold).to(kl_t.dtype)
+    return (divergence_t <= threshold).to(divergence_t.dtype)

@@ -30,19 +30,32 @@ class IMPALAUpdate(UpdateRule):
         cfg, dev = self.cfg, self.device
         batch = concat_rollouts(rollouts)
         T, B = batch.reward_t.shape
-        reward = self.reward_scaler(batch, self.collective) if self.reward_scaler else batch.reward_t
+        # Replayed rows were counted when they were fresh; the statistics count each row once.
+        fresh_b = ~batch.replayed_b
+        reward = (self.reward_scaler(batch, self.collective, fresh_b) if self.reward_scaler
+                  else batch.reward_t)
         t = lambda x: torch.as_tensor(np.asarray(x)).to(dev)  # noqa: E731
-        obs = torch.cat([t(batch.obs_t).reshape(T * B, *batch.obs_t.shape[2:]), t(batch.last_obs)])
+        # One forward pass values the steps, the fragment's next observation (the bootstrap)
+        # and the final observations of truncated episodes, all with this network.
+        obs = torch.cat([t(batch.obs_t).reshape(T * B, *batch.obs_t.shape[2:]),
+                         t(batch.last_obs), t(batch.final_obs)])
         params, values = self.model(obs)
-        params_t, v_t, boot = params[: T * B].view(T, B, -1), values[: T * B].view(T, B), values[T * B:]
+        params_t, v_t = params[: T * B].view(T, B, -1), values[: T * B].view(T, B)
+        boot, final_v = values[T * B: T * B + B].detach(), values[T * B + B:].detach()
+        truncated_t = t(batch.truncated_t)
+        final_v_t = torch.zeros_like(v_t.detach()).masked_scatter_(truncated_t, final_v)
         head = self.model.head
         dist = head.dist(params_t)
         action_t = t(batch.action_t)
         logp_t = dist.log_prob(action_t)
-        kl_t = head.kl(t(batch.dist_t), params_t)  # KL(behaviour || current), [T, B]
-        mask_t = laser_mask(kl_t.detach(), cfg.laser_kl_threshold)
-        vt = vtrace(logp_t.detach() - t(batch.logp_t), t(reward), v_t.detach(), boot.detach(),
-                    t(batch.terminated_t), t(batch.truncated_t), t(batch.final_v_t), cfg.gamma,
+        behaviour_t = t(batch.dist_t)
+        kl_t = head.kl(behaviour_t, params_t)  # KL(behaviour || current), [T, B]: CLEAR, metrics
+        mask_t = None
+        if cfg.laser_kl_threshold is not None:
+            mask_t = laser_mask(head.implied_kl(params_t.detach(), behaviour_t, cfg.rho_bar),
+                                cfg.laser_kl_threshold)
+        vt = vtrace(logp_t.detach() - t(batch.logp_t), t(reward), v_t.detach(), boot,
+                    t(batch.terminated_t), truncated_t, final_v_t, cfg.gamma,
                     rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, pg_rho_bar=cfg.pg_rho_bar,
                     lam=cfg.vtrace_lambda, mask_t=mask_t)
         loss, terms = impala_loss(logp_t, dist.entropy(), v_t, vt.vs_t, vt.pg_adv_t,
@@ -59,7 +72,7 @@ class IMPALAUpdate(UpdateRule):
         set_lr(self.optimizer, lr)
         grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
                                     self.collective, cfg.max_grad_norm, terms)
-        update_obs_norm(self.model, batch, self.collective)
+        update_obs_norm(self.model, batch, self.collective, fresh_b)
         out = {k: float(v) for k, v in terms.items()}
         out.update(loss=float(loss.detach()), grad_norm=float(grad_norm), lr=lr,
                    rho_mean=float(vt.rho_t.mean()), kl=float(kl_t.detach().mean()),

@@ -68,7 +68,10 @@ class PPOUpdate(UpdateRule):
                 break
         metrics = {k: v / steps for k, v in sums.items()}
         if cfg.objective == "kl_penalty":
-            metrics["kl_beta"] = self.beta
+            # The PPO paper adapts beta to the KL after the iteration's updates, over the
+            # whole batch; the minibatch KLs above were each measured before their own step.
+            kl = self._batch_kl(obs, old_dist, mb)
+            metrics.update(kl_beta=self.beta, kl_after=kl)
             self.beta = adapt_kl_beta(self.beta, kl, cfg.kl_target)
         update_obs_norm(self.model, batch, self.collective)
         var_y = float(np.var(target_t))
@@ -76,6 +79,16 @@ class PPOUpdate(UpdateRule):
                        explained_variance=float("nan") if var_y == 0 else
                        1.0 - float(np.var(target_t - batch.v_t)) / var_y)
         return metrics
+
+    @torch.no_grad()
+    def _batch_kl(self, obs: torch.Tensor, old_dist: torch.Tensor, chunk: int) -> float:
+        """Mean KL(behaviour || current) over every row, averaged over learners."""
+        head, total = self.model.head, 0.0
+        for start in range(0, obs.shape[0], chunk):
+            params, _ = self.model(obs[start:start + chunk])
+            total += float(head.kl(old_dist[start:start + chunk], params).sum())
+        kl = torch.tensor([total / obs.shape[0]])
+        return self.collective.all_reduce_mean(kl)[0].item()
 
     def _step(self, obs, actions, old_logp, old_dist, old_v, adv, target) -> dict[str, float]:
         cfg = self.cfg

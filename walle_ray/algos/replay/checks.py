@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from walle_ray.algos.spec import require_algo
+from walle_ray.config import ConfigError
 
 
 def check_replay_settings(cfg) -> None:
@@ -36,3 +37,8 @@ def check_replay_settings(cfg) -> None:
         (a.max_grad_norm >= 0, "max_grad_norm", "must be zero (off) or positive"),
     ]
     require_algo(checks)
+    # Replay samplers feed raw observations and rewards; these switches would be ignored.
+    for key in ("normalize_obs", "normalize_reward"):
+        if cfg.env[key]:
+            raise ConfigError(f"env.{key}: {a.name} learns from raw observations and rewards; "
+                              f"set env.{key}=false")

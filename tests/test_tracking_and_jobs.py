@@ -1,4 +1,4 @@
-"""Operations: W&B offline logging, the shipped sweeps, and a real Ray cluster with
+"""Tracking and jobs: W&B offline logging, the shipped sweeps, and a real Ray cluster with
 `ray job submit` (named role actors, walle_* metrics on the Prometheus endpoint, SUCCEEDED)."""
 
 from __future__ import annotations

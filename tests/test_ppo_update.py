@@ -1,0 +1,61 @@
+"""PPO's update on a tiny batch: the adaptive KL penalty follows the KL after the epochs."""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import walle_ray.algos.ppo.update as ppo_update
+from walle_ray.algos.ppo.update import PPOUpdate
+from walle_ray.batch import Rollout
+from walle_ray.learners.collective import Collective
+from walle_ray.models import make_actor_critic
+
+from conftest import make_cfg
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+ACT = gym.spaces.Discrete(3)
+
+
+def batch(model, T: int = 16, B: int = 4, seed: int = 0) -> Rollout:
+    """An on-policy fragment acted by ``model``, with advantages that push the policy."""
+    rng = np.random.default_rng(seed)
+    obs_t = rng.normal(size=(T, B, 2)).astype(np.float32)
+    with torch.no_grad():
+        params, v = model(torch.from_numpy(obs_t.reshape(T * B, 2)))
+        dist = model.head.dist(params)
+        action = dist.sample()
+        logp = dist.log_prob(action)
+    z = np.zeros((T, B), np.float32)
+    return Rollout(obs_t=obs_t, action_t=action.view(T, B).numpy(),
+                   reward_t=rng.normal(size=(T, B)).astype(np.float32) * 3,
+                   terminated_t=np.zeros((T, B), bool), truncated_t=np.zeros((T, B), bool),
+                   logp_t=logp.view(T, B).numpy(), dist_t=params.view(T, B, 3).numpy(),
+                   v_t=v.view(T, B).numpy(), final_v_t=z, final_obs=np.zeros((0, 2), np.float32),
+                   return_t=z, last_obs=np.zeros((B, 2), np.float32), last_v=np.zeros(B, np.float32),
+                   version_b=np.zeros(B, np.int64), replayed_b=np.zeros(B, bool))
+
+
+def test_kl_penalty_adapts_beta_to_the_kl_after_the_epochs(monkeypatch):
+    torch.manual_seed(0)
+    cfg = make_cfg("algo=ppo_kl", "algo.minibatch_size=16", "algo.epochs=3", "algo.lr=3e-3",
+                   "algo.kl_early_stop=1000")
+    model = make_actor_critic(OBS, ACT, cfg.model)
+    update = PPOUpdate(cfg.algo, model, Collective(), False, cfg.run.total_env_steps,
+                       torch.device("cpu"))
+    fragment = batch(model)
+    behaviour = copy.deepcopy(model)
+    seen = []
+    monkeypatch.setattr(ppo_update, "adapt_kl_beta",
+                        lambda beta, kl, target: seen.append(kl) or beta)
+    metrics = update.update([fragment], env_steps=0)
+    with torch.no_grad():
+        obs = torch.from_numpy(fragment.obs_t.reshape(-1, 2))
+        after = model.head.kl(behaviour(obs)[0], model(obs)[0]).mean().item()
+    assert after > 1e-4  # the policy moved
+    assert seen == [pytest.approx(after, rel=1e-5)]
+    assert metrics["kl_after"] == pytest.approx(after, rel=1e-5)
