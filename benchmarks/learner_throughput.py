@@ -10,12 +10,15 @@ RMSProp, one torch thread (a learner's share of these 2 cores), in three ways:
   bf16       channels-last under bfloat16 autocast (``model.bf16=true``).
 
 Each way is timed twice for ``--seconds`` after a warm-up; the better of the two counts.
-Writes benchmarks/results/learner_throughput.json.
+Writes benchmarks/results/<--name>.json (learner_throughput by default). To see a CPU without
+native bfloat16 on one that has it, cap the instruction sets:
+``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 ... --name learner_throughput_avx2``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -66,12 +69,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=640, help="samples per step (IMPALA: 32 x 20)")
+    p.add_argument("--name", default="learner_throughput", help="result file name")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
     ways = ("nchw", "channels", "bf16")
     result = {"command": shlex.join(["python", *sys.argv]), "batch": args.batch,
-              "torch_threads": 1, "samples_per_s": {}, "speedup_over_nchw": {}}
+              "torch_threads": 1, "samples_per_s": {}, "speedup_over_nchw": {},
+              "isa_caps": {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+                           if k in os.environ}}
     for size in (42, 84):
         steps = {way: trainer(size, args.batch, way) for way in ways}
         best = {way: max(samples_per_s(steps[way], args.batch, args.seconds) for _ in range(2))
@@ -79,7 +85,7 @@ def main() -> None:
         result["samples_per_s"][f"{size}x{size}"] = best
         result["speedup_over_nchw"][f"{size}x{size}"] = {w: best[w] / best["nchw"] for w in ways}
         print(size, {w: round(v) for w, v in best.items()}, flush=True)
-    write_result("learner_throughput", result, args.dry_run)
+    write_result(args.name, result, args.dry_run)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def make_update(*overrides: str, normalize: bool = False) -> IMPALAUpdate:
 
 
 def tiny_batch(model, log_rho: float = 0.5, seed: int = 0) -> Rollout:
-    """Row 0 is truncated after step 1, row 1 terminated after step 2 and replayed. The
+    """Row 0 is truncated after step 1; row 1 is truncated after step 0, terminated after
+    step 2, and replayed. The
     behaviour log-probs are the current policy's minus ``log_rho``; the behaviour
     distributions are perturbed logits; the sampler's values are NaN, as IMPALA's leave them."""
     rng = np.random.default_rng(seed)
@@ -44,7 +45,7 @@ def tiny_batch(model, log_rho: float = 0.5, seed: int = 0) -> Rollout:
         params, _ = model(torch.from_numpy(obs_t.reshape(T * B, 2)))
         logp = model.head.dist(params).log_prob(torch.from_numpy(action_t.reshape(-1)))
     truncated_t = np.zeros((T, B), bool)
-    truncated_t[1, 0] = True
+    truncated_t[1, 0] = truncated_t[0, 1] = True
     terminated_t = np.zeros((T, B), bool)
     terminated_t[2, 1] = True
     nan_tb = np.where(truncated_t, np.nan, 0.0).astype(np.float32)
@@ -53,7 +54,7 @@ def tiny_batch(model, log_rho: float = 0.5, seed: int = 0) -> Rollout:
                    logp_t=(logp.view(T, B).numpy() - log_rho).astype(np.float32),
                    dist_t=(params.view(T, B, 3).numpy() + rng.normal(0, 1.5, (T, B, 3))).astype(np.float32),
                    v_t=rng.normal(size=(T, B)).astype(np.float32), final_v_t=nan_tb,
-                   final_obs=np.array([[7.0, -7.0]], np.float32),
+                   final_obs=np.array([[7.0, -7.0], [-3.0, 5.0]], np.float32),  # (0, 1), (1, 0)
                    return_t=rng.normal(size=(T, B)).astype(np.float32),
                    last_obs=rng.normal(size=(B, 2)).astype(np.float32),
                    last_v=np.full(B, np.nan, np.float32), version_b=np.zeros(B, np.int64),
@@ -89,9 +90,9 @@ def test_vtrace_gets_log_rho_and_the_learners_own_values(spies):
     torch.testing.assert_close(log_rho, torch.full((T, B), 0.5))  # log pi - log mu, not mu - pi
     with torch.no_grad():
         torch.testing.assert_close(boot, before.value(torch.from_numpy(batch.last_obs)))
-        v_final = before.value(torch.from_numpy(batch.final_obs))[0]
+        v_final = before.value(torch.from_numpy(batch.final_obs))
     want = torch.zeros(T, B)
-    want[1, 0] = v_final  # the truncated step bootstraps from the learner's value of it
+    want[0, 1], want[1, 0] = v_final  # truncated steps bootstrap from the learner's values
     torch.testing.assert_close(final_v_t, want)
     assert kw["mask_t"] is None and "clear" not in spies  # LASER and CLEAR are off
 
@@ -131,6 +132,15 @@ def test_running_statistics_count_fresh_rows_only():
     update.update([replayed_only], env_steps=0)
     assert float(update.model.obs_norm.count) == counted  # nothing new, and nothing NaN
     assert torch.isfinite(update.model.obs_norm.mean).all()
+
+
+def test_a_mix_without_a_queue_refuses_normalisation():
+    from walle_ray.config import ConfigError, validate
+
+    uniform = "algo.replay=[{type: uniform, ratio: 1.0}]"
+    validate(make_cfg("algo=impala", uniform))
+    with pytest.raises(ConfigError, match=r"^env\.normalize_obs: .* without a queue"):
+        validate(make_cfg("algo=impala", uniform, "env.normalize_obs=true"))
 
 
 def test_default_rmsprop_steps_are_set_by_the_gradient_not_epsilon():

@@ -68,9 +68,11 @@ def cpu_bf16(monkeypatch):
     """Set whether this CPU computes bfloat16 natively (AVX-512 BF16), for ``auto``."""
     from walle_ray.models import precision
 
-    def set_native(native: bool) -> None:
+    def set_native(native: bool, capability: str = "AVX512") -> None:
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
         precision.native_bf16.cache_clear()
 
     yield set_native
@@ -90,6 +92,17 @@ def test_auto_uses_bf16_only_on_cpus_that_compute_it_natively(cpu_bf16, native):
     x = frames()
     same = torch.equal(auto(x)[0], exact(x)[0])
     assert same is not native  # float32 exactly, or the bfloat16 torso
+
+
+def test_auto_stays_float32_where_the_kernels_are_capped_below_avx512(cpu_bf16, monkeypatch):
+    from walle_ray.models.precision import describe, native_bf16, use_bf16
+
+    cpu_bf16(True, capability="AVX2")  # ATEN_CPU_CAPABILITY=avx2 on a CPU with AVX-512 BF16
+    assert not use_bf16("auto", "cpu") and "float32" in describe("auto")
+    cpu_bf16(True)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    native_bf16.cache_clear()
+    assert not use_bf16("auto", "cpu")
 
 
 def test_presets_leave_bf16_to_auto_and_bad_values_name_the_key():

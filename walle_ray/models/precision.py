@@ -8,6 +8,7 @@ than float32 (``benchmarks/learner_throughput.py`` measures the three ways).
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -29,13 +30,26 @@ def cpu_features() -> list[str]:
     return [name for name, fn in checks.items() if getattr(torch.cpu, fn, lambda: False)()]
 
 
+def cpu_kernels_use_bf16() -> bool:
+    """Whether torch and oneDNN may use those features: not when their instruction sets are
+    capped below AVX-512 (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA), which emulates bfloat16."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    onednn = cap in ("ALL", "DEFAULT") or "AVX512" in cap or "AMX" in cap or "AVX10" in cap
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512") and onednn
+
+
 @functools.cache
 def native_bf16(device_type: str) -> bool:
     """Whether devices of this type here compute bfloat16 natively."""
     if device_type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+        if not torch.cuda.is_available():
+            return False
+        try:
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch before 2.3: bfloat16 units came with compute capability 8
+            return torch.cuda.get_device_capability()[0] >= 8
     if device_type == "cpu":
-        return bool(cpu_features())
+        return bool(cpu_features()) and cpu_kernels_use_bf16()
     return False
 
 
@@ -55,5 +69,7 @@ def describe(setting, device_type: str = "cpu") -> str:
     if device_type == "cpu":
         cpu = f"{torch.backends.cpu.get_cpu_capability()}, " + (
             " and ".join(cpu_features()) or "no native bfloat16")
+        if cpu_features() and not on:
+            cpu += ", which kernels capped below AVX-512 cannot use"
         return f"image torso in {what} (model.bf16=auto; this CPU: {cpu})"
     return f"image torso in {what} (model.bf16=auto; {device_type} bfloat16 native: {on})"

@@ -76,6 +76,14 @@ def validate(cfg: DictConfig) -> None:
     ]
     require_algo(checks)
     check_replay(a)
+    # The running statistics count fresh (queue) rows only, so each row counts once.
+    if not any(r.type == "queue" for r in a.replay):
+        for key in ("normalize_obs", "normalize_reward"):
+            if cfg.env[key]:
+                raise ConfigError(f"env.{key}: the running statistics count fresh rows, and a "
+                                  "memory mix without a queue has none; add "
+                                  "{type: queue, ratio: ...} to algo.replay or set "
+                                  f"env.{key}=false")
 
 
 # V-trace bootstraps from the learner's own value of each fragment's last observation.

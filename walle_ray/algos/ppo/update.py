@@ -82,13 +82,13 @@ class PPOUpdate(UpdateRule):
 
     @torch.no_grad()
     def _batch_kl(self, obs: torch.Tensor, old_dist: torch.Tensor, chunk: int) -> float:
-        """Mean KL(behaviour || current) over every row, averaged over learners."""
+        """Mean KL(behaviour || current) over every row of every learner."""
         head, total = self.model.head, 0.0
         for start in range(0, obs.shape[0], chunk):
             params, _ = self.model(obs[start:start + chunk])
             total += float(head.kl(old_dist[start:start + chunk], params).sum())
-        kl = torch.tensor([total / obs.shape[0]])
-        return self.collective.all_reduce_mean(kl)[0].item()
+        total, rows = self.collective.all_reduce_sum(torch.tensor([total, float(obs.shape[0])]))
+        return float(total / rows)
 
     def _step(self, obs, actions, old_logp, old_dist, old_v, adv, target) -> dict[str, float]:
         cfg = self.cfg
