@@ -37,6 +37,7 @@ def test_smoke_run_writes_metrics_and_checkpoint_and_resumes(tmp_path, topology)
     out = run_cli(f"topology={topology}", "run.total_env_steps=1024", f"hydra.run.dir={run_dir}",
                   *TINY).stdout
     assert f"results in {run_dir}" in out
+    assert "tuned settings from conf/preset/ppo_cartpole.yaml apply" in out
     first = metrics(run_dir)
     assert [m["env_steps"] for m in first] == [256, 512, 768, 1024]
     for key in ("return", "collect_s", "learn_s", "collect_share", "learn_share", "env_steps_per_s",

@@ -28,6 +28,10 @@ def _task(cfg: DictConfig) -> None:
             evaluate(cfg)
             return
         hydra_cfg = HydraConfig.get()
+        preset = hydra_cfg.runtime.choices.get("preset")
+        if preset and (CONF_DIR / "preset" / f"{preset}.yaml").is_file():
+            print(f"walle_ray: tuned settings from conf/preset/{preset}.yaml apply "
+                  "(~preset runs without them)", flush=True)
         result = train(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)

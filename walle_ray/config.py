@@ -35,8 +35,8 @@ class RunConfig:
     max_restarts: int = 3  # learner/memory deaths survived by rebuilding from the last checkpoint
     ray_address: Optional[str] = None  # Ray cluster to join; None: RAY_ADDRESS or a local instance
     ray_num_cpus: Optional[int] = None  # CPUs of a local Ray instance; None: all cores
-    # Start samplers and learners with torch imported before they join Ray: their loops ran
-    # 10-15% faster that way (walle_ray/runtime/preload.py)
+    # Start samplers and learners with torch imported before they join Ray: their loops run
+    # faster that way (walle_ray/runtime/preload.py, docs/performance.md)
     ray_preload: bool = True
 
 
@@ -166,8 +166,10 @@ def _require(ok: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Range checks that the types cannot express; raises ConfigError naming the key."""
+def validate(cfg: DictConfig, algorithm: bool = True) -> None:
+    """Range checks that the types cannot express; raises ConfigError naming the key.
+    ``algorithm=False`` leaves out the algorithm's own checks (the driver runs them after it
+    has checked that the algorithm can act in the env at all)."""
     from walle_ray.algos import algorithm_for
     from walle_ray.models.precision import bf16_setting
     from walle_ray.topology import parse_topology
@@ -214,7 +216,8 @@ def validate(cfg: DictConfig) -> None:
     _require(not cfg.memory.checkpoint or algo.replay, "memory.checkpoint",
              f"{cfg.algo.name}'s memories hold on-policy fragments that are used once; only "
              "replay shards (dqn, apex, ddpg, td3, apex_ddpg) are snapshotted")
-    algo.validate(cfg)
+    if algorithm:
+        algo.validate(cfg)
 
 
 def to_container(cfg: DictConfig) -> dict:

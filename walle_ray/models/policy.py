@@ -53,10 +53,10 @@ class ConvTorso(nn.Module):
     four-layer stack of 3x3 stride-2 convolutions common for 42x42 A3C agents, about a third
     of the compute, since on CPU learners the network bounds throughput.
 
-    Convolutions run channels-last (NHWC), which oneDNN computes 1.5-1.8x faster on CPU
-    than NCHW. Under bfloat16 (``bf16``: auto, true or false, see ``models/precision.py``)
-    they run under autocast: weights stay float32 and so does the output. ``auto`` decides
-    per device type, once, whether that device computes bfloat16 natively.
+    Convolutions run channels-last (NHWC), which oneDNN computes faster on CPU than NCHW
+    (``benchmarks/learner_throughput.py``). Under bfloat16 (``bf16``: auto, true or false,
+    see ``models/precision.py``) they run under autocast: weights stay float32 and so does
+    the output. ``auto`` decides per device type, once, whether it computes bfloat16 natively.
     """
 
     def __init__(self, in_channels: int, size: int, ortho: bool, bf16: str | bool = "auto"):

@@ -157,8 +157,7 @@ class LocalFleet(LocalRoles):
 def pins_samplers(cfg: DictConfig, topo: Topology, cluster_cpus: float) -> bool:
     """Whether sampler i runs pinned to a CPU (``topology.pin_samplers``): only when the
     cluster has a CPU for each sampler. With more samplers than CPUs, pinned samplers cannot
-    move away from each other or the learner (IMPALA Pong, 4 samplers on 2 CPUs: 4-7% fewer
-    env steps/s sampled pinned, the same consumed)."""
+    move away from each other or the learner (docs/performance.md, "Pinning samplers")."""
     return bool(cfg.topology.pin_samplers) and topo.samplers <= cluster_cpus
 
 

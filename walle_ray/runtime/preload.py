@@ -1,12 +1,12 @@
 """Start sampler and learner processes with torch imported before they join Ray.
 
-A Ray worker process imports the user's code only after it has connected to Ray. On our
-2-core machine, every process we measured that imported torch after connecting (or after
-``ray.init``, in a driver) ran the sampler's loop 10-15% slower than one that imported
-torch first, while each torch call alone ran at the same speed
-(``benchmarks/sampling_overhead.py`` measures both ways). So the actors that run torch in a
-loop are started by a command that imports torch, numpy and gymnasium and then runs Ray's
-worker script, given to Ray as the ``py_executable`` of their runtime environment.
+A Ray worker process imports the user's code only after it has connected to Ray. A process
+that imported torch after connecting (or after ``ray.init``, in a driver) ran the sampler's
+loop slower than one that imported torch first, while each torch call alone ran at the same
+speed (docs/performance.md; ``benchmarks/sampling_overhead.py`` measures both ways). So
+the actors that run torch in a loop are started by a command that imports torch, numpy and
+gymnasium and then runs Ray's worker script, given to Ray as the ``py_executable`` of their
+runtime environment.
 """
 
 from __future__ import annotations

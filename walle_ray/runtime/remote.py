@@ -112,9 +112,9 @@ class SamplerWorker:
         """Collect fragments into the memory, one put in flight so collection overlaps it.
 
         Each fragment starts from the newest weights published until shortly before it
-        (``_refresh``): asking for them a few steps ahead hides the round trip, about 1 ms a
-        fragment, without the fragment of policy lag a request left in flight for a whole
-        fragment would add (which cost IMPALA on CartPole about half again as many steps)."""
+        (``_refresh``): asking for them a few steps ahead hides the round trip without the
+        fragment of policy lag a request left in flight for a whole fragment would add (which
+        cost IMPALA on CartPole more env steps to learn)."""
         total = {"sampler": self.slot.sampler.index, "env_steps": 0, "episode_returns": [],
                  "episode_lengths": [], "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0}
         self.asked = None  # an answer from before this call is stale: the first fragment pulls

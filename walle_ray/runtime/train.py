@@ -134,11 +134,12 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
     ``overrides`` (the command line's) are kept in ``overrides.yaml`` once the run has passed
     its checks, for ``run.resume`` to start from; a refused attempt leaves them as they were.
     """
-    validate(cfg)
+    validate(cfg, algorithm=False)
     topo = parse_topology(cfg.topology.spec)
     algo = algorithm_for(cfg.algo)
     obs_space, action_space = env_spaces(cfg.env)
-    algo.check_spaces(obs_space, action_space)
+    algo.check_spaces(obs_space, action_space)  # the wrong kind of env is the first thing to say
+    algo.validate(cfg)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = None
