@@ -9,7 +9,7 @@ transitions over each env's stream of random frames, so stacks overlap as a real
 the shard holds each distinct frame once), learner batches of 512.
 
   local   one prioritized shard in this process: inserts/s filling it to capacity, then
-          batches/s of ``sample`` + ``update_priorities`` with one fragment put per batch;
+          batches/s of ``sample`` + ``feedback`` (new priorities) with one fragment put per batch;
   actor   the shard as a Ray actor (``ray.remote(PrioritizedReplay)``): a driver thread keeps
           two puts in flight while the main loop keeps two batch requests in flight and sends
           each batch's priorities back, as a learner with ``prefetch=2`` does;
@@ -37,7 +37,7 @@ import numpy as np
 import ray
 
 from common import write_result
-from walle_ray.batch import Transitions
+from walle_ray.batch import Priorities, Transitions
 from walle_ray.buffers.prioritized import PrioritizedReplay
 
 TARGET_BATCHES_PER_S = 20
@@ -96,7 +96,7 @@ def measure_local(fragments: list[Transitions], capacity: int, seconds: float, s
     while (elapsed := time.perf_counter() - t0) < seconds:
         shard.put(fragments[batches % DISTINCT_FRAGMENTS])
         batch = shard.sample()
-        shard.update_priorities(batch.index, td_errors(rng))
+        shard.feedback(Priorities(batch.index, td_errors(rng)))
         batches += 1
     return {"capacity": capacity, "inserts_per_s": inserts_per_s,
             "frames_per_transition": held,  # 2 x 4 = 8 as stacks
@@ -132,7 +132,7 @@ def read_batches(shards: list, seconds: float, rng: np.random.Generator) -> tupl
             k += 1
         shard, ref = pending.popleft()
         batch = ray.get(ref)
-        shard.update_priorities.remote(batch.index, td_errors(rng))
+        shard.feedback.remote(Priorities(batch.index, td_errors(rng)))
         batches += 1
     ray.get([ref for _, ref in pending])
     return batches, elapsed

@@ -17,7 +17,8 @@ from walle_ray.algos.ddpg.config import APEXDDPGConfig, DDPGConfig, TD3Config
 from walle_ray.algos.ddpg.explorer import DDPGExplorer
 from walle_ray.algos.ddpg.loss import (actor_loss, critic_loss, critic_targets,
                                        smooth_target_action, twin_critic_targets)
-from walle_ray.algos.ddpg.update import DDPGUpdate, polyak_update
+from walle_ray.algos.ddpg.update import DDPGUpdate
+from walle_ray.learners.targets import polyak_update
 from walle_ray.batch import ReplayBatch
 from walle_ray.config import ConfigError, EnvConfig, ModelConfig
 from walle_ray.learners.collective import Collective
@@ -160,11 +161,14 @@ def test_priorities_are_the_td_errors_the_explorer_computes():
     expected = np.concatenate([explorer.td_error(x.obs, x.action, x.reward, x.discount, x.next_obs)
                                for x in (a, b)])
     out = upd.update([a, b], env_steps=0)
-    priorities = out.pop("priorities")
-    assert priorities.dtype == np.float32 and priorities.shape == (7,)
-    np.testing.assert_allclose(priorities, expected, rtol=1e-5, atol=1e-6)
+    feedback = upd.memory_feedback()
+    assert feedback.priority.dtype == np.float32 and feedback.priority.shape == (7,)
+    np.testing.assert_allclose(feedback.priority, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(feedback.index, np.concatenate([a.index, b.index]))
     assert all(isinstance(v, float) for v in out.values())
-    assert "priorities" not in make_update(DDPGConfig()).update([a], 0)  # uniform replay: none
+    uniform = make_update(DDPGConfig())
+    uniform.update([a], 0)
+    assert uniform.memory_feedback() is None  # uniform replay: none
 
 
 def test_priorities_are_the_td_errors_of_the_target_networks():
@@ -181,7 +185,8 @@ def test_priorities_are_the_td_errors_of_the_target_networks():
         next_q = upd.target.critics[0](torch.cat([next_obs, upd.target.act(next_obs)], -1))[:, 0]
         q = upd.model.critics[0](torch.cat([obs, act], -1))[:, 0]
     want = np.abs(b.reward + b.discount * next_q.numpy() - q.numpy())
-    np.testing.assert_allclose(upd.update([b], env_steps=0)["priorities"], want, rtol=1e-5, atol=1e-6)
+    upd.update([b], env_steps=0)
+    np.testing.assert_allclose(upd.memory_feedback().priority, want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_skipped_critic_step_sends_no_priorities():
@@ -189,8 +194,8 @@ def test_a_skipped_critic_step_sends_no_priorities():
     bad = make_batch(seed=7)
     reward = bad.reward.copy()
     reward[2] = np.nan
-    out = upd.update([replace(bad, reward=reward)], env_steps=0)
-    assert upd.guard.skipped == 1 and "priorities" not in out
+    upd.update([replace(bad, reward=reward)], env_steps=0)
+    assert upd.guard.skipped == 1 and upd.memory_feedback() is None
 
 
 def test_td3_target_noise_scales_with_each_action_dimensions_half_range(monkeypatch):

@@ -74,9 +74,12 @@ def test_update_moves_q_toward_targets_and_returns_priorities():
                         version_b=np.zeros(n, np.int64), weight=np.ones(n, np.float32),
                         index=np.arange(n))
     first = update.update([batch], 0)
+    feedback = update.memory_feedback()
     for _ in range(200):
         last = update.update([batch], 0)
-    assert first["priorities"].shape == (n,) and first["priorities"].dtype == np.float32
+    assert feedback.priority.shape == (n,) and feedback.priority.dtype == np.float32
+    np.testing.assert_array_equal(feedback.index, batch.index)
+    assert update.memory_feedback() is not None and update.memory_feedback() is None  # once
     assert last["td_error_mean"] < 0.1 * first["td_error_mean"]
     assert last["q_mean"] == pytest.approx(1.0, abs=0.1)
 
@@ -154,9 +157,10 @@ def test_a_skipped_step_sends_no_priorities():
     update = q_update(prioritized=True)
     bad = q_batch()
     bad.reward[3] = np.inf  # a diverged target: the loss is not finite and the step is skipped
-    out = update.update([bad], 0)
-    assert update.guard.skipped == 1 and "priorities" not in out
-    assert "priorities" in update.update([q_batch()], 0)
+    update.update([bad], 0)
+    assert update.guard.skipped == 1 and update.memory_feedback() is None
+    update.update([q_batch()], 0)
+    assert update.memory_feedback() is not None
 
 
 @pytest.mark.parametrize("algo", ["dqn", "apex", "ddpg", "td3"])

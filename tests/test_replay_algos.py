@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from walle_ray.batch import Transitions
+from walle_ray.batch import Priorities, Transitions
 from walle_ray.buffers.prioritized import PrioritizedReplay
 
 from conftest import run_cli
@@ -32,7 +32,7 @@ def test_priorities_round_trip_through_a_ray_memory_actor(ray_session):
     # One transition gets almost all the priority; the shard serves mostly it afterwards.
     favourite = int(batch.index[0])
     new = np.where(batch.index == favourite, 1000.0, 1e-3).astype(np.float32)
-    assert ray.get(memory.update_priorities.remote(batch.index, new)) == 16
+    assert ray.get(memory.feedback.remote(Priorities(batch.index, new))) == 16
     again = ray.get(memory.sample.remote())
     assert (again.index == favourite).mean() > 0.8
     assert again.weight[again.index == favourite].max() < 0.1  # importance weights correct for it

@@ -125,4 +125,13 @@ class ReplayBatch(Transitions):
     """Transitions sampled from a replay shard, with what prioritized replay adds."""
 
     weight: np.ndarray  # [N] float32 importance-sampling weight, max-normalised (ones if uniform)
-    index: np.ndarray  # [N] int64 insert id of each transition, for ``update_priorities``
+    index: np.ndarray  # [N] int64 insert id of each transition, for ``Priorities``
+
+
+@dataclass
+class Priorities:
+    """New priorities for transitions a learner trained on: what a DQN or DDPG update sends
+    back to the replay shard that served its batch (``Update.memory_feedback``)."""
+
+    index: np.ndarray  # [N] int64 insert ids, from ``ReplayBatch.index``
+    priority: np.ndarray  # [N] float32 |TD error| under the updated network's targets

@@ -213,9 +213,10 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
         _require(value is None or value > 0, f"topology.{key}", "must be positive (or null)")
     parse_topology(cfg.topology.spec)
     algo = algorithm_for(cfg.algo)
-    _require(not cfg.memory.checkpoint or algo.replay, "memory.checkpoint",
-             f"{cfg.algo.name}'s memories hold on-policy fragments that are used once; only "
-             "replay shards (dqn, apex, ddpg, td3, apex_ddpg) are snapshotted")
+    snapshots = algo.memory_spec is not None and hasattr(algo.memory_spec(cfg, 0)[0], "state_dict")
+    _require(not cfg.memory.checkpoint or snapshots, "memory.checkpoint",
+             f"{cfg.algo.name}'s memories cannot be snapshotted (they hold on-policy fragments "
+             "that are used once); only replay shards are")
     if algorithm:
         algo.validate(cfg)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from omegaconf import DictConfig, OmegaConf
 
 from walle_ray.algos.ddpg import APEX_DDPG, DDPG, TD3
@@ -12,6 +14,20 @@ from walle_ray.algos.spec import Algorithm
 from walle_ray.config import ConfigError
 
 ALGORITHMS: dict[str, Algorithm] = {algo.name: algo for algo in (PPO, IMPALA, DQN, APEX, DDPG, TD3, APEX_DDPG)}
+
+
+def algorithm_of(algo_section) -> Algorithm:
+    """The algorithm a saved run's ``algo`` section (a plain mapping, e.g. from a checkpoint)
+    belongs to: by name, else by the config class whose fields it has (``ppo_kl`` is PPO's
+    config under another name)."""
+    if algo_section.get("name") in ALGORITHMS:
+        return ALGORITHMS[algo_section["name"]]
+    keys = set(algo_section)
+    for algo in ALGORITHMS.values():
+        if keys == {f.name for f in dataclasses.fields(algo.config_cls)}:
+            return algo
+    raise ConfigError(f"algo: no algorithm has the settings of {algo_section.get('name')!r}; "
+                      f"the registered ones are {', '.join(sorted(ALGORITHMS))}")
 
 
 def algorithm_for(algo_cfg: DictConfig) -> Algorithm:

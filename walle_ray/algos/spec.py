@@ -23,9 +23,17 @@ class Algorithm:
     ``learner_bootstraps``: its learners value each fragment's last observation themselves,
     so samplers skip that value (``Sampler(bootstrap_value=False)``).
 
+    The algorithm builds its roles, so the runtime never asks which algorithm it runs:
+    ``sampler_spec(cfg, topo, i)`` and ``memory_spec(cfg, k)`` give the class of sampler i
+    and of memory k with their constructor's positional and keyword arguments (a memory
+    for asynchronous algorithms; the runtime's FIFO carries a synchronous one's fragments);
+    ``eval_policy(obs_space, action_space, cfg, seed, deterministic)`` is what evaluation acts
+    with (``set_weights``, ``act``), ``cfg`` holding the trained run's env, model and algo
+    sections as dataclasses.
+
     Replay-based algorithms also name an ``explorer``: the class a replay sampler acts with
     (see ``walle_ray/actors/replay_sampler.py``); their memories are prioritized replay
-    shards and their updates return new priorities.
+    shards and their updates send new priorities back (``Update.memory_feedback``).
     """
 
     name: str
@@ -38,15 +46,53 @@ class Algorithm:
     make_model: Callable[..., Any] = None  # type: ignore[assignment]  # set in __post_init__
     explorer: Optional[type] = None
     learner_bootstraps: bool = False
+    sampler_spec: Callable[..., tuple[type, tuple, dict]] = None  # type: ignore[assignment]
+    memory_spec: Optional[Callable[..., tuple[type, tuple, dict]]] = None
+    eval_policy: Callable[..., Any] = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.make_model is None:
             object.__setattr__(self, "make_model", actor_critic_model)
+        if self.sampler_spec is None:
+            object.__setattr__(self, "sampler_spec", fragment_sampler_spec)
+        if self.eval_policy is None:
+            object.__setattr__(self, "eval_policy", ActorCriticPolicy)
 
-    @property
-    def replay(self) -> bool:
-        """Whether samplers emit n-step transitions into replay shards."""
-        return self.explorer is not None
+
+class ActorCriticPolicy:
+    """Evaluation for the policy-gradient methods: acts as their ``Sampler`` does, with the
+    action head's mode when deterministic, else a sample from it."""
+
+    def __init__(self, obs_space, action_space, cfg, seed: int, deterministic: bool):
+        from walle_ray.models import make_actor_critic
+
+        self.model = make_actor_critic(obs_space, action_space, cfg.model, cfg.env.normalize_obs)
+        self.model.eval()
+        self.deterministic = deterministic
+
+    def set_weights(self, weights) -> None:
+        self.model.set_weights(weights)
+
+    def act(self, obs):
+        import torch
+
+        with torch.inference_mode():
+            params = self.model.policy(torch.from_numpy(obs))
+            return self.model.head.act(params, self.deterministic)[0].numpy()
+
+
+def fragment_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
+    """Sampler i of the policy-gradient methods: a ``Sampler`` writing fixed-length fragments."""
+    from omegaconf import OmegaConf
+
+    from walle_ray.actors.sampler import Sampler
+    from walle_ray.algos import algorithm_for
+
+    algo = algorithm_for(cfg.algo)
+    # Plain dataclasses, not config nodes: a node pickles the whole config tree with it.
+    env, model = OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model)
+    return (Sampler, (env, model, algo.fragment_length(cfg, topo), cfg.algo.gamma, i, cfg.run.seed),
+            {"bootstrap_value": not algo.learner_bootstraps})
 
 
 def configured_fragment_length(cfg, topo) -> int:

@@ -38,6 +38,8 @@ class MixedMemory:
         self.rows_in = 0
         self.rows_out = 0
 
+    free_running = False  # the on-policy queue serves each row once
+
     def has_room(self, rollout: Rollout) -> bool:
         """Whether the fragment's rows fit without dropping on-policy data."""
         rows = rollout.reward_t.shape[1]

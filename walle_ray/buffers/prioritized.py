@@ -1,8 +1,8 @@
 """One replay shard of n-step transitions: proportional prioritized (or uniform) sampling.
 
 Each memory actor holds one shard. Samplers ``put`` transitions while ``has_room``;
-learners take a ``sample`` while ``can_sample`` and send back ``update_priorities`` with
-the batch's insert ids, which the shard ignores for transitions it has since evicted.
+learners take a ``sample`` while ``can_sample`` and send back ``feedback``: new priorities
+by the batch's insert ids, which the shard ignores for transitions it has since evicted.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from walle_ray.batch import ReplayBatch, Transitions
+from walle_ray.batch import Priorities, ReplayBatch, Transitions
 from walle_ray.buffers.frames import FrameStore, is_frame_stack
 from walle_ray.buffers.sum_tree import MinTree, SumTree, last_wins
 
@@ -77,6 +77,11 @@ class PrioritizedReplay:
         progress = min(1.0, self.batches / self.beta_anneal_updates)
         return self.beta_start + (1.0 - self.beta_start) * progress
 
+    @property
+    def free_running(self) -> bool:
+        """Whether learners may sample without limit (no ``replay_ratio``)."""
+        return self.replay_ratio is None
+
     def has_room(self, item: Transitions) -> bool:
         """Whether a sampler may put ``item`` now without running ahead of ``replay_ratio``."""
         if self.replay_ratio is None:
@@ -132,6 +137,10 @@ class PrioritizedReplay:
                 rows[name] = self.frames.get(rows[name])
         return ReplayBatch(**rows, priority=self.priority[slots], weight=weight,
                            index=self.ids[slots])
+
+    def feedback(self, item: Priorities) -> int:
+        """What an update sends back (``Update.memory_feedback``): new priorities."""
+        return self.update_priorities(item.index, item.priority)
 
     def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
         """Set new |TD errors| by insert id; returns how many ids were still held (not stale)."""

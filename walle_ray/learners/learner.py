@@ -9,6 +9,7 @@ import torch
 from omegaconf import DictConfig
 
 from walle_ray.batch import Rollout, Transitions
+from walle_ray.contracts import Update
 from walle_ray.learners.collective import Collective, TorchCollective
 
 
@@ -30,7 +31,7 @@ class Learner:
         algo = algorithm_for(cfg.algo)
         self.model = algo.make_model(obs_space, action_space, cfg).to(self.device)
         self.collective: Collective = Collective()
-        self.update_rule = algo.make_update(cfg, self.model, self.collective, self.device)
+        self.update_rule: Update = algo.make_update(cfg, self.model, self.collective, self.device)
         self.update_rule.guard.mode = cfg.learner.on_nonfinite
         self.version = 0
 
@@ -46,8 +47,8 @@ class Learner:
         return self.version, self.model.get_weights()
 
     def update(self, rollouts: list[Rollout] | list[Transitions], env_steps: int) -> dict:
-        """One algorithm update on these fragments (or replay batches); returns its metrics,
-        with the batch's new priorities under ``priorities`` for replay-based algorithms."""
+        """One algorithm update on these fragments (or replay batches); returns its metrics.
+        What goes back to the memory that served them is ``memory_feedback()``."""
         for r in rollouts:
             r.check()
         self.model.train()
@@ -58,6 +59,11 @@ class Learner:
                        policy_lag_max=float(lags.max()),
                        nonfinite_skipped=self.update_rule.guard.skipped)
         return metrics
+
+    def memory_feedback(self):
+        """What the last update sends back to the memory that served its batch (new
+        priorities for replay shards), or None (``Update.memory_feedback``)."""
+        return self.update_rule.memory_feedback()
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "update": self.update_rule.state_dict(),

@@ -23,6 +23,10 @@ class UpdateRule:
         self.device = device
         self.guard = NonFiniteGuard()
 
+    def memory_feedback(self) -> None:
+        """Policy-gradient updates send nothing back to their memories."""
+        return None
+
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict()}
         if self.reward_scaler is not None:

@@ -9,6 +9,7 @@ from torch import nn
 
 from walle_ray.config import ConfigError
 from walle_ray.models.policy import MLP
+from walle_ray.models.weights import NumpyWeights
 
 
 def check_vector_obs(obs_space: gym.Space, algo_name: str = "DDPG") -> None:
@@ -19,7 +20,7 @@ def check_vector_obs(obs_space: gym.Space, algo_name: str = "DDPG") -> None:
                           f"this env has {obs_space}")
 
 
-class DeterministicActorCritic(nn.Module):
+class DeterministicActorCritic(NumpyWeights, nn.Module):
     """An actor ``mu(s)`` squashed into the action bounds, and one or two critics ``Q(s, a)``.
 
     Layers use PyTorch's default initialisation, as the TD3 reference code does. The action
@@ -64,13 +65,6 @@ class DeterministicActorCritic(nn.Module):
     def q_min(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The smallest critic's Q(s, a) [N] (TD3's clipped double Q; Q1 with one critic)."""
         return torch.stack(self.q_both(obs, action)).min(dim=0).values
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """State dict as numpy arrays: what travels through the Ray object store."""
-        return {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()}
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        self.load_state_dict({k: torch.as_tensor(np.asarray(v).copy()) for k, v in weights.items()})
 
 
 def make_deterministic_model(obs_space: gym.Space, action_space: gym.spaces.Box,

@@ -14,6 +14,7 @@ from walle_ray.config import ModelConfig
 from walle_ray.models.heads import ActionHead, GaussianHead, make_action_head
 from walle_ray.models.normalizer import RunningNorm
 from walle_ray.models.precision import bf16_setting, use_bf16
+from walle_ray.models.weights import NumpyWeights
 
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 
@@ -83,7 +84,7 @@ class ConvTorso(nn.Module):
             return self.fc(self.convs(x)).float()
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(NumpyWeights, nn.Module):
     """Policy distribution parameters and a state value from one observation batch.
 
     Vector observations use separate actor and critic MLPs (better for continuous control);
@@ -143,13 +144,6 @@ class ActorCritic(nn.Module):
         if self.gaussian:
             return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return out
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """State dict as numpy arrays: what travels through the Ray object store."""
-        return {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()}
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        self.load_state_dict({k: torch.as_tensor(np.asarray(v).copy()) for k, v in weights.items()})
 
 
 def make_actor_critic(obs_space: gym.Space, action_space: gym.Space, cfg: ModelConfig,

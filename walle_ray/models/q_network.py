@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from walle_ray.models.policy import MLP, ConvTorso, _init
+from walle_ray.models.weights import NumpyWeights
 
 
-class QNetwork(nn.Module):
+class QNetwork(NumpyWeights, nn.Module):
     """Q(s, .) for every action; dueling splits it into V(s) + A(s, a) - mean_a A(s, a)."""
 
     def __init__(self, obs_space: gym.Space, num_actions: int, hidden: list[int],
@@ -43,12 +44,6 @@ class QNetwork(nn.Module):
         if self.value is None:
             return adv
         return self.value(h) + adv - adv.mean(dim=-1, keepdim=True)
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()}
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        self.load_state_dict({k: torch.as_tensor(np.asarray(v).copy()) for k, v in weights.items()})
 
 
 def make_q_network(obs_space: gym.Space, action_space: gym.Space, cfg) -> QNetwork:

@@ -12,24 +12,14 @@ import gymnasium as gym
 from omegaconf import DictConfig
 
 from walle_ray.algos import algorithm_for
-from walle_ray.algos.impala import buffer_specs
-from walle_ray.buffers.mixed import MixedMemory
-from walle_ray.buffers.prioritized import PrioritizedReplay
 from walle_ray.runtime.fleet import LocalRoles, RayRoles, RoleDied, count_faults, role_failed
 from walle_ray.topology import ResourcePlan, Topology
 
 
 def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
-    """Class and constructor arguments of memory k: a replay shard for replay-based
-    algorithms, else IMPALA's mix of on-policy queue and replay buffers."""
-    a = cfg.algo
-    if algorithm_for(a).replay:
-        return PrioritizedReplay, (a.capacity, a.batch_size), dict(
-            prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,
-            beta_anneal_updates=a.beta_anneal_updates, eps=a.priority_eps,
-            learning_starts=a.learning_starts, replay_ratio=a.replay_ratio,
-            max_lead=a.max_lead, seed=cfg.run.seed + k)
-    return MixedMemory, (buffer_specs(a), a.batch_size, cfg.run.seed + k), {}
+    """Class and constructor arguments of memory k, as the algorithm builds it
+    (``Algorithm.memory_spec``)."""
+    return algorithm_for(cfg.algo).memory_spec(cfg, k)
 
 
 class AsyncLocalFleet(LocalRoles):
@@ -41,10 +31,9 @@ class AsyncLocalFleet(LocalRoles):
         self.memories = [cls(*args, **kwargs) for cls, args, kwargs in
                          (memory_spec(cfg, k) for k in range(topo.memories))]
         self.publish_every = cfg.algo.publish_every
-        # Free-running replay (no replay ratio) could always serve another batch.
+        # A free-running memory could always serve another batch: cap the updates per poll.
         self.max_updates = (cfg.algo.updates_per_call
-                            if algorithm_for(cfg.algo).replay and cfg.algo.replay_ratio is None
-                            else None)
+                            if any(m.free_running for m in self.memories) else None)
 
     def start(self) -> None:
         self.publish()
@@ -65,9 +54,9 @@ class AsyncLocalFleet(LocalRoles):
             while memory.can_sample() and (self.max_updates is None or updates < self.max_updates):
                 batch = memory.sample()
                 metrics = self.learner.update([batch], env_steps)
-                priorities = metrics.pop("priorities", None)
-                if priorities is not None:
-                    memory.update_priorities(batch.index, priorities)
+                feedback = self.learner.memory_feedback()
+                if feedback is not None:
+                    memory.feedback(feedback)
                 updates += 1
                 if self.learner.version % self.publish_every == 0:
                     self.publish()

@@ -9,60 +9,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from walle_ray.algos import ALGORITHMS
+from walle_ray.algos import algorithm_of
 from walle_ray.config import ConfigError, EnvConfig, ModelConfig
 from walle_ray.envs import is_atari, make_vector_env
-from walle_ray.models import make_actor_critic
 from walle_ray.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from walle_ray.runtime.video import AtariFrames, EpisodeVideos, GymFrames
 
-# Explorers anneal their exploration over a run's env steps; a stochastic evaluation acts
-# with the exploration that a finished run ends with.
-PAST_SCHEDULES = 2**62
-
-
-class ActorCriticPolicy:
-    """Acts as the policy-gradient algorithms' Sampler does: the action head's mode when
-    deterministic, else a sample from it."""
-
-    def __init__(self, obs_space, action_space, cfg: SimpleNamespace, deterministic: bool):
-        self.model = make_actor_critic(obs_space, action_space, cfg.model, cfg.env.normalize_obs)
-        self.model.eval()
-        self.deterministic = deterministic
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        self.model.set_weights(weights)
-
-    @torch.inference_mode()
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        params = self.model.policy(torch.from_numpy(obs))
-        return self.model.head.act(params, self.deterministic)[0].numpy()
-
-
-class ExplorerPolicy:
-    """Acts with a replay algorithm's explorer, the class its ReplaySampler acts with:
-    greedy when deterministic, else with the exploration noise the run ends with."""
-
-    def __init__(self, explorer_cls: type, obs_space, action_space, cfg: SimpleNamespace,
-                 seed: int, deterministic: bool):
-        self.explorer = explorer_cls(obs_space, action_space, cfg, 0, 1, seed, greedy=deterministic)
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        self.explorer.set_weights(weights)
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        return self.explorer.act(obs, PAST_SCHEDULES)
-
-
-def typed_sections(trained: DictConfig, algo_cls: type | None) -> SimpleNamespace:
-    """The env and model sections, and the algo section when its class is given, as the
-    dataclasses the envs and explorers are built from."""
-    schemas = {"env": EnvConfig, "model": ModelConfig}
-    if algo_cls is not None:
-        schemas["algo"] = algo_cls
+def typed_sections(trained: DictConfig, algo_cls: type) -> SimpleNamespace:
+    """The env, model and algo sections as the dataclasses envs and policies are built from."""
+    schemas = {"env": EnvConfig, "model": ModelConfig, "algo": algo_cls}
     return SimpleNamespace(**{
         key: OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), trained[key]))
         for key, schema in schemas.items()})
@@ -80,9 +37,8 @@ class Evaluator:
 
     def __init__(self, trained: DictConfig, seed: int, deterministic: bool = True,
                  video_dir: Path | None = None):
-        algo = ALGORITHMS.get(trained.algo.name)
-        replay = algo is not None and algo.replay  # policy-gradient variants (ppo_kl) act as ppo
-        cfg = typed_sections(trained, algo.config_cls if replay else None)
+        algo = algorithm_of(OmegaConf.to_container(trained.algo))
+        cfg = typed_sections(trained, algo.config_cls)
         atari = is_atari(cfg.env.id)
         kwargs = dict(cfg.env.kwargs or {})
         if video_dir is not None and not atari:
@@ -97,10 +53,7 @@ class Evaluator:
                 source = AtariFrames(cfg.env.obs_size) if atari else GymFrames(self.env, cfg.env.id)
                 self.videos = EpisodeVideos(source, Path(video_dir))
             obs_space, action_space = self.env.observation_space, self.env.action_space
-            self.policy = (ExplorerPolicy(algo.explorer, obs_space, action_space, cfg, seed,
-                                          deterministic)
-                           if replay else
-                           ActorCriticPolicy(obs_space, action_space, cfg, deterministic))
+            self.policy = algo.eval_policy(obs_space, action_space, cfg, seed, deterministic)
         except BaseException:
             self.env.close()
             raise

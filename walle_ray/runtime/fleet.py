@@ -8,13 +8,11 @@ from __future__ import annotations
 import time
 
 import gymnasium as gym
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
 from walle_ray.algos import algorithm_for
-from walle_ray.actors.replay_sampler import ReplaySampler
-from walle_ray.actors.sampler import Sampler
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
 from walle_ray.runtime.checkpoint import first_line
@@ -62,17 +60,9 @@ def count_faults(faults: dict, stats: dict) -> None:
 
 
 def sampler_spec(cfg: DictConfig, topo: Topology, i: int) -> tuple[type, tuple, dict]:
-    """The class of sampler i (``Sampler``, or ``ReplaySampler`` for replay-based algorithms)
-    and its constructor's positional and keyword arguments."""
-    algo = algorithm_for(cfg.algo)
-    length = algo.fragment_length(cfg, topo)
-    # Plain dataclasses, not config nodes: a node pickles the whole config tree with it.
-    env, model = OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model)
-    if algo.replay:
-        return ReplaySampler, (env, model, OmegaConf.to_object(cfg.algo), algo.explorer, length,
-                               i, topo.samplers, cfg.run.seed), {}
-    return (Sampler, (env, model, length, cfg.algo.gamma, i, cfg.run.seed),
-            {"bootstrap_value": not algo.learner_bootstraps})
+    """The class of sampler i and its constructor's positional and keyword arguments, as
+    the algorithm builds it (``Algorithm.sampler_spec``)."""
+    return algorithm_for(cfg.algo).sampler_spec(cfg, topo, i)
 
 
 def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_space: gym.Space,

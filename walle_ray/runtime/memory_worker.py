@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from walle_ray.contracts import Memory
 
 
 class AsyncMemoryWorker:
@@ -16,7 +19,7 @@ class AsyncMemoryWorker:
     """
 
     def __init__(self, memory_cls: type, *memory_args, **memory_kwargs):
-        self.memory = memory_cls(*memory_args, **memory_kwargs)
+        self.memory: Memory = memory_cls(*memory_args, **memory_kwargs)
         self.changed: asyncio.Condition | None = None
 
     def _condition(self) -> asyncio.Condition:
@@ -46,9 +49,9 @@ class AsyncMemoryWorker:
             cond.notify_all()
         return batch
 
-    async def update_priorities(self, index, priority) -> int:
-        """New priorities for the transitions a learner just trained on (replay shards)."""
-        return self.memory.update_priorities(index, priority)
+    async def feedback(self, item) -> int:
+        """What an update sends back about the batch this memory served (``Memory.feedback``)."""
+        return self.memory.feedback(item)
 
     async def stats(self) -> dict:
         return self.memory.stats()

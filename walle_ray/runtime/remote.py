@@ -206,9 +206,9 @@ class LearnerWorker:
                     self.held = (memory, batch)  # keep it for the next call
                 break
             metrics = self.learner.update([batch], env_steps)
-            priorities = metrics.pop("priorities", None)
-            if priorities is not None:  # replay shards: back to the one that served the batch
-                memory.update_priorities.remote(batch.index, priorities)
+            feedback = self.learner.memory_feedback()
+            if feedback is not None:  # back to the memory that served the batch
+                memory.feedback.remote(feedback)
             done += 1
             rows += batch.num_steps
             lag_max = max(lag_max, metrics.pop("policy_lag_max"))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import torch
 from omegaconf import DictConfig
 
 from walle_ray.algos.ddpg.config import APEXDDPGConfig, DDPGConfig, TD3Config
 from walle_ray.algos.ddpg.explorer import DDPGExplorer
 from walle_ray.algos.ddpg.update import DDPGUpdate
+from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sampler_spec
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_continuous, configured_fragment_length,
                                    require_algo)
@@ -53,7 +55,9 @@ def _algorithm(name: str, config_cls: type, label: str) -> Algorithm:
     return Algorithm(name=name, config_cls=config_cls, loop="async", make_update=make_update,
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_spaces(label), make_model=make_deterministic_model,
-                     explorer=DDPGExplorer)
+                     explorer=DDPGExplorer, sampler_spec=replay_sampler_spec,
+                     memory_spec=replay_memory_spec,
+                     eval_policy=functools.partial(ExplorerPolicy, DDPGExplorer))
 
 
 DDPG = _algorithm("ddpg", DDPGConfig, "DDPG")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -12,17 +11,11 @@ from torch import nn
 from walle_ray.algos.ddpg.config import DDPGConfig
 from walle_ray.algos.ddpg.loss import (actor_loss, critic_loss, critic_targets,
                                        smooth_target_action, twin_critic_targets)
-from walle_ray.batch import ReplayBatch
+from walle_ray.batch import Priorities, ReplayBatch
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.guard import NonFiniteGuard
+from walle_ray.learners.targets import batch_tensors, hard_update, make_target, polyak_update
 from walle_ray.models.deterministic import DeterministicActorCritic
-
-
-@torch.no_grad()
-def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * online, parameter by parameter."""
-    for t, p in zip(target.parameters(), online.parameters()):
-        t.lerp_(p, tau)
 
 
 class DDPGUpdate:
@@ -35,7 +28,7 @@ class DDPGUpdate:
         self.model = model
         self.collective = collective
         self.device = device
-        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.target = make_target(model)
         self.actor_params = list(model.actor.parameters())
         self.critic_params = list(model.critics.parameters())
         actor_lr = cfg.lr if cfg.actor_lr is None else cfg.actor_lr
@@ -44,21 +37,16 @@ class DDPGUpdate:
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=critic_lr)
         self.guard = NonFiniteGuard()
         self.updates = 0
-
-    def _tensor(self, x: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(x)).to(self.device).float()
+        self.feedback: Priorities | None = None
 
     def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
-        """One gradient step; metrics as floats, plus (with prioritized replay)
-        ``priorities``: |TD error| [N] float32 of the first critic, in batch order."""
+        """One gradient step; returns its metrics as floats."""
         cfg, model = self.cfg, self.model
-        if self.updates == 0:
-            # Learners broadcast rank 0's weights after building their update rule: the
-            # targets start from the weights every learner trains.
-            self.target.load_state_dict(model.state_dict())
-        fields = ("obs", "action", "reward", "discount", "next_obs", "weight")
-        obs, action, reward, discount, next_obs, weight = (
-            self._tensor(np.concatenate([getattr(b, f) for b in batches])) for f in fields)
+        if self.updates == 0:  # the targets start from the weights every learner trains
+            hard_update(self.target, model)
+        obs, action, reward, discount, next_obs, weight = batch_tensors(
+            batches, ("obs", "action", "reward", "discount", "next_obs", "weight"), self.device,
+            torch.float32)
         target = self._targets(reward, discount, next_obs)
         qs = model.q_both(obs, action)
         losses, tds = zip(*(critic_loss(q, target, weight) for q in qs))
@@ -76,11 +64,19 @@ class DDPGUpdate:
                        actor_grad_norm=self._step(self.actor_optimizer, self.actor_params, pi_loss,
                                                   "actor_loss"))
             polyak_update(self.target, model, cfg.tau)
+        self.feedback = None
         # Uniform shards have no use for priorities; none when the guard skipped the critic
         # step, since its TD errors are not finite.
         if cfg.prioritized and math.isfinite(out["critic_grad_norm"]):
-            out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
+            self.feedback = Priorities(index=np.concatenate([b.index for b in batches]),
+                                       priority=td.abs().cpu().numpy().astype(np.float32))
         return out
+
+    def memory_feedback(self) -> Priorities | None:
+        """The last update's new priorities (|TD error| of the first critic, in batch order)
+        for the shard that served its batch, once."""
+        feedback, self.feedback = self.feedback, None
+        return feedback
 
     @torch.no_grad()
     def _targets(self, reward: torch.Tensor, discount: torch.Tensor,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import torch
 from omegaconf import DictConfig
 
 from walle_ray.algos.dqn.config import APEXConfig, DQNConfig
 from walle_ray.algos.dqn.explorer import DQNExplorer
 from walle_ray.algos.dqn.update import DQNUpdate
+from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sampler_spec
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_discrete, configured_fragment_length,
                                    require_algo)
@@ -42,7 +44,9 @@ def _algorithm(name: str, config_cls: type) -> Algorithm:
     return Algorithm(name=name, config_cls=config_cls, loop="async", make_update=make_update,
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_discrete(label), make_model=make_q_network,
-                     explorer=DQNExplorer)
+                     explorer=DQNExplorer, sampler_spec=replay_sampler_spec,
+                     memory_spec=replay_memory_spec,
+                     eval_policy=functools.partial(ExplorerPolicy, DQNExplorer))
 
 
 DQN = _algorithm("dqn", DQNConfig)

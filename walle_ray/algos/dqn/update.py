@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -10,9 +9,10 @@ import torch
 
 from walle_ray.algos.dqn.config import DQNConfig
 from walle_ray.algos.dqn.loss import dqn_loss, q_targets
-from walle_ray.batch import ReplayBatch
+from walle_ray.batch import Priorities, ReplayBatch
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.guard import NonFiniteGuard
+from walle_ray.learners.targets import batch_tensors, hard_update, make_target, polyak_update
 from walle_ray.models.q_network import QNetwork
 
 
@@ -25,23 +25,18 @@ class DQNUpdate:
         self.model = model
         self.collective = collective
         self.device = device
-        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.target = make_target(model)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.guard = NonFiniteGuard()
         self.updates = 0
-
-    def _tensor(self, x: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(x)).to(self.device)
+        self.feedback: Priorities | None = None
 
     def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
         cfg = self.cfg
-        if self.updates == 0:
-            # Learners broadcast rank 0's weights after building their update rule: the
-            # target starts from the weights every learner trains.
-            self.target.load_state_dict(self.model.state_dict())
-        fields = ("obs", "action", "reward", "discount", "next_obs", "weight")
-        obs, action, reward, discount, next_obs, weight = (
-            self._tensor(np.concatenate([getattr(b, f) for b in batches])) for f in fields)
+        if self.updates == 0:  # the target starts from the weights every learner trains
+            hard_update(self.target, self.model)
+        obs, action, reward, discount, next_obs, weight = batch_tensors(
+            batches, ("obs", "action", "reward", "discount", "next_obs", "weight"), self.device)
         n = obs.shape[0]
         q_all = self.model(torch.cat([obs, next_obs]) if cfg.double_q else obs)
         q = q_all[:n]
@@ -58,19 +53,24 @@ class DQNUpdate:
         out = {"loss": float(loss.detach()), "q_mean": float(q_taken.mean()),
                "target_mean": float(target.mean()), "td_error_mean": float(td.abs().mean()),
                "grad_norm": float(grad_norm)}
+        self.feedback = None
         # New priorities for the shard (uniform shards have no use for them); none when the
         # guard skipped the step, since its TD errors are not finite.
         if cfg.prioritized and math.isfinite(grad_norm):
-            out["priorities"] = td.abs().cpu().numpy().astype(np.float32)
+            self.feedback = Priorities(index=np.concatenate([b.index for b in batches]),
+                                       priority=td.abs().cpu().numpy().astype(np.float32))
         return out
 
-    @torch.no_grad()
+    def memory_feedback(self) -> Priorities | None:
+        """The last update's new priorities for the shard that served its batch, once."""
+        feedback, self.feedback = self.feedback, None
+        return feedback
+
     def _follow_target(self) -> None:
         if self.cfg.tau > 0:
-            for t, p in zip(self.target.parameters(), self.model.parameters()):
-                t.lerp_(p, self.cfg.tau)
+            polyak_update(self.target, self.model, self.cfg.tau)
         elif self.updates % self.cfg.target_update_every == 0:
-            self.target.load_state_dict(self.model.state_dict())
+            hard_update(self.target, self.model)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "target": self.target.state_dict(),

@@ -9,7 +9,7 @@ from walle_ray.algos.impala.config import IMPALAConfig
 from walle_ray.algos.impala.update import IMPALAUpdate
 from walle_ray.algos.spec import (Algorithm, check_policy_spaces, configured_fragment_length,
                                    require_algo)
-from walle_ray.buffers.mixed import BufferSpec
+from walle_ray.buffers.mixed import BufferSpec, MixedMemory
 from walle_ray.config import ConfigError
 
 REPLAY_TYPES = ("queue", "uniform")
@@ -24,6 +24,11 @@ def buffer_specs(algo_cfg) -> list[BufferSpec]:
     """The memory mix of each memory actor, with default capacities filled in."""
     return [BufferSpec(type=r.type, ratio=r.ratio, capacity=r.capacity or 4 * algo_cfg.batch_size,
                        start_rows=r.start_rows) for r in algo_cfg.replay]
+
+
+def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
+    """Memory k: the on-policy queue and replay buffers, mixed by ratio into each batch."""
+    return MixedMemory, (buffer_specs(cfg.algo), cfg.algo.batch_size, cfg.run.seed + k), {}
 
 
 def check_replay(algo_cfg) -> None:
@@ -89,4 +94,5 @@ def validate(cfg: DictConfig) -> None:
 # V-trace bootstraps from the learner's own value of each fragment's last observation.
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
                    fragment_length=configured_fragment_length, validate=validate,
-                   check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True)
+                   check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True,
+                   memory_spec=memory_spec)

@@ -1,0 +1,55 @@
+"""Every algorithm's update and every memory meet the contracts the runtime calls them by."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from walle_ray.algos import ALGORITHMS
+from walle_ray.buffers.mixed import BufferSpec, MixedMemory
+from walle_ray.buffers.prioritized import PrioritizedReplay
+from walle_ray.config import ConfigError
+from walle_ray.contracts import FeedbackMemory, Memory, Update
+from walle_ray.learners.collective import Collective
+
+from conftest import make_cfg
+
+OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+SPACES = [(OBS, gym.spaces.Discrete(3)), (OBS, gym.spaces.Box(-1.0, 1.0, (2,), np.float32))]
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithms_update_is_an_update(name):
+    algo = ALGORITHMS[name]
+    cfg = make_cfg(f"algo={name}", "env=pendulum" if name in ("ddpg", "td3", "apex_ddpg") else "env=cartpole")
+    for obs_space, action_space in SPACES:
+        try:
+            algo.check_spaces(obs_space, action_space)
+        except ConfigError:
+            continue
+        model = algo.make_model(obs_space, action_space, cfg)
+        update = algo.make_update(cfg, model, Collective(), torch.device("cpu"))
+        assert isinstance(update, Update)
+        assert update.memory_feedback() is None  # nothing before the first update
+
+
+def test_memories_are_memories_and_replay_shards_take_feedback():
+    mixed = MixedMemory([BufferSpec("queue", 1.0, 8)], batch_rows=4)
+    shard = PrioritizedReplay(8, 4, learning_starts=0)
+    assert isinstance(mixed, Memory) and not isinstance(mixed, FeedbackMemory)
+    assert isinstance(shard, FeedbackMemory)
+
+
+@pytest.mark.parametrize("name,ok", [("dqn", True), ("td3", True), ("impala", False), ("ppo", False)])
+def test_only_memories_that_can_be_saved_are_snapshotted(name, ok):
+    from walle_ray.config import validate
+
+    env = "pendulum" if name == "td3" else "cartpole"
+    cfg = make_cfg(f"algo={name}", f"env={env}", "memory.checkpoint=true")
+    if ok:
+        validate(cfg)
+    else:
+        with pytest.raises(ConfigError, match=r"^memory\.checkpoint: "):
+            validate(cfg)

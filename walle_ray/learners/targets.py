@@ -1,0 +1,46 @@
+"""What value-based updates (DQN, DDPG, TD3) share: target networks and joined replay batches.
+
+Learners broadcast rank 0's weights after building their update rule, so an update copies
+its online network into the target at its first step (``hard_update``): the target begins
+from the weights every learner trains.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from walle_ray.batch import ReplayBatch
+
+
+def make_target(online: nn.Module) -> nn.Module:
+    """A frozen copy of ``online``."""
+    return copy.deepcopy(online).requires_grad_(False)
+
+
+@torch.no_grad()
+def hard_update(target: nn.Module, online: nn.Module) -> None:
+    """target <- online."""
+    target.load_state_dict(online.state_dict())
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online, parameter by parameter."""
+    for t, p in zip(target.parameters(), online.parameters()):
+        t.lerp_(p, tau)
+
+
+def batch_tensors(batches: Sequence[ReplayBatch], names: Sequence[str], device: torch.device,
+                  dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """The named fields of several replay batches joined along N, as tensors on ``device``
+    (cast to ``dtype`` when given)."""
+    out = []
+    for name in names:
+        x = torch.as_tensor(np.concatenate([np.asarray(getattr(b, name)) for b in batches]))
+        out.append(x.to(device) if dtype is None else x.to(device, dtype))
+    return out
