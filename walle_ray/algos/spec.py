@@ -64,9 +64,7 @@ class ActorCriticPolicy:
     action head's mode when deterministic, else a sample from it."""
 
     def __init__(self, obs_space, action_space, cfg, seed: int, deterministic: bool):
-        from walle_ray.models import make_actor_critic
-
-        self.model = make_actor_critic(obs_space, action_space, cfg.model, cfg.env.normalize_obs)
+        self.model = actor_critic_model(obs_space, action_space, cfg)
         self.model.eval()
         self.deterministic = deterministic
 

@@ -63,6 +63,7 @@ class ConvTorso(nn.Module):
     def __init__(self, in_channels: int, size: int, ortho: bool, bf16: str | bool = "auto"):
         super().__init__()
         self.bf16 = bf16_setting(bf16)
+        self.bf16_on: dict[str, bool] = {}  # the decision per device type, made at first use
         if size == 84:
             convs, hidden = [(in_channels, 32, 8, 4, 0), (32, 64, 4, 2, 0), (64, 64, 3, 1, 0)], 512
         else:
@@ -79,8 +80,10 @@ class ConvTorso(nn.Module):
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         x = (frames.float() / 255.0).contiguous(memory_format=torch.channels_last)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16,
-                            enabled=use_bf16(self.bf16, x.device.type)):
+        kind = x.device.type
+        if kind not in self.bf16_on:
+            self.bf16_on[kind] = use_bf16(self.bf16, kind)
+        with torch.autocast(kind, dtype=torch.bfloat16, enabled=self.bf16_on[kind]):
             return self.fc(self.convs(x)).float()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+
 import torch
 from omegaconf import DictConfig
 

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import nn
 
 from walle_ray.algos.ddpg.config import DDPGConfig
 from walle_ray.algos.ddpg.loss import (actor_loss, critic_loss, critic_targets,
                                        smooth_target_action, twin_critic_targets)
-from walle_ray.batch import Priorities, ReplayBatch
+from walle_ray.batch import ReplayBatch
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.guard import NonFiniteGuard
-from walle_ray.learners.targets import batch_tensors, hard_update, make_target, polyak_update
+from walle_ray.learners.targets import (PriorityFeedback, batch_tensors, hard_update, make_target,
+                                       polyak_update)
 from walle_ray.models.deterministic import DeterministicActorCritic
 
 
-class DDPGUpdate:
+class DDPGUpdate(PriorityFeedback):
     """One call is one critic step on the concatenated batches; every ``policy_delay`` calls
     the actor steps too and the target networks move ``tau`` towards the online ones."""
 
@@ -37,7 +37,6 @@ class DDPGUpdate:
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=critic_lr)
         self.guard = NonFiniteGuard()
         self.updates = 0
-        self.feedback: Priorities | None = None
 
     def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
         """One gradient step; returns its metrics as floats."""
@@ -64,19 +63,9 @@ class DDPGUpdate:
                        actor_grad_norm=self._step(self.actor_optimizer, self.actor_params, pi_loss,
                                                   "actor_loss"))
             polyak_update(self.target, model, cfg.tau)
-        self.feedback = None
-        # Uniform shards have no use for priorities; none when the guard skipped the critic
-        # step, since its TD errors are not finite.
-        if cfg.prioritized and math.isfinite(out["critic_grad_norm"]):
-            self.feedback = Priorities(index=np.concatenate([b.index for b in batches]),
-                                       priority=td.abs().cpu().numpy().astype(np.float32))
+        # The first critic's TD errors; uniform shards have no use for priorities.
+        self.set_feedback(batches, td, cfg.prioritized and math.isfinite(out["critic_grad_norm"]))
         return out
-
-    def memory_feedback(self) -> Priorities | None:
-        """The last update's new priorities (|TD error| of the first critic, in batch order)
-        for the shard that served its batch, once."""
-        feedback, self.feedback = self.feedback, None
-        return feedback
 
     @torch.no_grad()
     def _targets(self, reward: torch.Tensor, discount: torch.Tensor,

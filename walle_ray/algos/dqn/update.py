@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from walle_ray.algos.dqn.config import DQNConfig
 from walle_ray.algos.dqn.loss import dqn_loss, q_targets
-from walle_ray.batch import Priorities, ReplayBatch
+from walle_ray.batch import ReplayBatch
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.guard import NonFiniteGuard
-from walle_ray.learners.targets import batch_tensors, hard_update, make_target, polyak_update
+from walle_ray.learners.targets import (PriorityFeedback, batch_tensors, hard_update, make_target,
+                                       polyak_update)
 from walle_ray.models.q_network import QNetwork
 
 
-class DQNUpdate:
+class DQNUpdate(PriorityFeedback):
     """One call is one gradient step; the target network follows every ``target_update_every``
     updates (or by Polyak averaging with ``tau``)."""
 
@@ -29,7 +29,6 @@ class DQNUpdate:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.guard = NonFiniteGuard()
         self.updates = 0
-        self.feedback: Priorities | None = None
 
     def update(self, batches: list[ReplayBatch], env_steps: int) -> dict:
         cfg = self.cfg
@@ -53,18 +52,9 @@ class DQNUpdate:
         out = {"loss": float(loss.detach()), "q_mean": float(q_taken.mean()),
                "target_mean": float(target.mean()), "td_error_mean": float(td.abs().mean()),
                "grad_norm": float(grad_norm)}
-        self.feedback = None
-        # New priorities for the shard (uniform shards have no use for them); none when the
-        # guard skipped the step, since its TD errors are not finite.
-        if cfg.prioritized and math.isfinite(grad_norm):
-            self.feedback = Priorities(index=np.concatenate([b.index for b in batches]),
-                                       priority=td.abs().cpu().numpy().astype(np.float32))
+        # Uniform shards have no use for priorities.
+        self.set_feedback(batches, td, cfg.prioritized and math.isfinite(grad_norm))
         return out
-
-    def memory_feedback(self) -> Priorities | None:
-        """The last update's new priorities for the shard that served its batch, once."""
-        feedback, self.feedback = self.feedback, None
-        return feedback
 
     def _follow_target(self) -> None:
         if self.cfg.tau > 0:
