@@ -258,7 +258,12 @@ def test_pinned_sampler_runs_on_one_cpu_with_the_threads_it_starts(ray_session):
         started = threading.Thread(target=lambda: out.setdefault("cpus", os.sched_getaffinity(0)))
         started.start()
         started.join()
-        others = [os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")]
+        others = []
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                others.append(os.sched_getaffinity(int(tid)))
+            except ProcessLookupError:  # a thread (one of Ray's) ended since the listing
+                pass
         return worker.cpu, os.sched_getaffinity(0), out["cpus"], others
 
     ray = ray_session
