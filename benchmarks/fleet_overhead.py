@@ -13,7 +13,7 @@ free. Here every CPU is busy, as in a run with ``topology=<N>a1m1l``. Four ways,
   bare_cpus   the same in one process per CPU: the most these envs give on this machine;
   fleet       N ``RemoteSampler`` actors with the CPU shares and pinning walle_ray gives
               ``<N>a1m1l``, asked for a fragment each at once, the fragments' refs passed to
-              a memory (a sink that drops them), as ``RayFleet.collect`` does for
+              a memory (a sink that drops them), as ``RayFleet.step`` does for
               synchronous PPO;
   stream      the same actors streaming into the sink, each asking the parameter server
               for newer weights before each fragment, as IMPALA's do.
@@ -50,6 +50,7 @@ from walle_ray.envs import env_spaces
 from walle_ray.models import make_actor_critic
 from walle_ray.runtime.fleet import pins_samplers
 from walle_ray.runtime.preload import worker_runtime_env
+from walle_ray.algos.spec import fragment_sampler_args
 from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
 from walle_ray.topology import parse_topology, plan_resources
 
@@ -105,8 +106,9 @@ def start_samplers(env_cfg, model_cfg, ps, n: int, length: int, memory=None) -> 
     defaults = OmegaConf.create({"topology": OmegaConf.structured(TopologyConfig)})
     pin = pins_samplers(defaults, topo, plan.cluster_cpus)
     samplers = [RemoteSampler.options(num_cpus=plan.sampler_cpus, runtime_env=worker_runtime_env()).remote(
-        ps, env_cfg, model_cfg, length, GAMMA, i, i, memory=memory, pin=i if pin else None,
-        bootstrap_value=memory is None) for i in range(n)]
+        ps, *fragment_sampler_args(env_cfg, model_cfg, length, GAMMA, i, i,
+                                   bootstrap_value=memory is None),
+        memory=memory, pin=i if pin else None) for i in range(n)]
     ray.get([s.ready.remote() for s in samplers])
     return samplers
 

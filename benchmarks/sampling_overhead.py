@@ -85,7 +85,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from common import ROOT, write_result
-from walle_ray.actors.sampler import Sampler
+from walle_ray.algos.spec import fragment_sampler, fragment_sampler_args
 from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.envs import env_spaces, make_vector_env
 from walle_ray.models import ActorCritic, make_actor_critic
@@ -233,8 +233,8 @@ def steps_per_s(fn, rounds: int, steps_per_round: int) -> float:
 def stream_fragment(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args):
     """A fragment as the streaming sampler sends it (no value of its last observation),
     for ``ray_stream`` to put: the same arrays, so the same serialization."""
-    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed,
-                      bootstrap_value=False)
+    sampler = fragment_sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed,
+                               bootstrap_value=False)
     sampler.set_weights(weights, 0)
     rollout, _stats = sampler.collect()
     sampler.close()
@@ -246,7 +246,8 @@ def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args)
     ps = RemoteParameterServer.options(num_cpus=0.01).remote()
     ray.get(ps.publish.remote(0, [ray.put(weights)]))
     worker = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
-        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, pin=pin_slot(args))
+        ps, *fragment_sampler_args(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed),
+        pin=pin_slot(args))
     return ps, worker
 
 
@@ -279,14 +280,14 @@ _PLAIN: dict = {}  # in the plain process: its bare loop and sampler, kept for t
 
 def start_plain(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args) -> None:
     """Pool initializer: the bare loop and ``Sampler`` of a fresh plain process (no Ray)."""
-    sampler = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+    sampler = fragment_sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
     sampler.set_weights(weights, 0)
     _PLAIN.update(bare=bare_loop(env_cfg, policy(env_cfg, model_cfg, weights), args.seed),
                   sampler=sampler, args=args, per_round=args.fragment_length * env_cfg.envs_per_sampler)
-    if sampler.model.separate_critic:  # the diagnostic: the critic at every step, as it once ran
-        per_step = Sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
+    if sampler.policy.separate:  # the diagnostic: the critic at every step, as it once ran
+        per_step = fragment_sampler(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed)
         per_step.set_weights(weights, 0)
-        per_step.model.separate_critic = False
+        per_step.policy.separate = False
         _PLAIN["sampler_critic_per_step"] = per_step
 
 
@@ -355,8 +356,9 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, fr
     ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
     sink = Sink.remote()
     streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
-        ps, env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed, memory=sink,
-        pin=pin_slot(args), bootstrap_value=False)  # as IMPALA starts its samplers
+        ps, *fragment_sampler_args(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed,
+                                   bootstrap_value=False),  # as IMPALA starts its samplers
+        memory=sink, pin=pin_slot(args))
     bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
         env_cfg, model_cfg, weights, args.seed, pin_slot(args))
     bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed, pin_slot(args))

@@ -32,13 +32,12 @@ def test_iterations_move_versions_and_steps(ray_session, spec):
     cfg = make_cfg(*TINY)
     fleet = build(cfg, spec)
     try:
-        fleet.publish()
+        fleet.start()
         for it in range(2):
-            stats = fleet.collect()
+            step = fleet.step(0)
+            stats, (learn,) = step.reports, step.learned
             assert all(s["policy_version"] == it for s in stats)
-            learn = fleet.learn(0)
             assert learn["version"] == it + 1 and learn["policy_lag_max"] == 0
-            fleet.publish()
         assert sum(s["env_steps"] for s in stats) >= 128
     finally:
         fleet.shutdown()
@@ -49,11 +48,9 @@ def test_two_learners_hold_identical_weights(ray_session):
     cfg = make_cfg(*TINY, "env=halfcheetah", "model.hidden=[16]")  # obs norm and reward scale too
     fleet = build(cfg, "3a2m2l")  # learner 0 reads two samplers' data, learner 1 one
     try:
-        fleet.publish()
+        fleet.start()
         for _ in range(3):
-            fleet.collect()
-            fleet.learn(0)
-            fleet.publish()
+            fleet.step(0)
         states = ray.get([lr.state_dict.remote() for lr in fleet.learners])
         a, b = states[0]["model"], states[1]["model"]
         assert a.keys() == b.keys()
@@ -116,3 +113,51 @@ def test_preload_leaves_jobs_that_choose_their_interpreter_alone():
     for field in ({"pip": ["gymnasium"]}, {"conda": "rl"}, {"py_executable": "python3"}):
         assert worker_runtime_env(job_env=field) is None
     assert "-c" in worker_runtime_env(job_env={"working_dir": ".", "env_vars": {"A": "1"}})["py_executable"]
+
+
+class Recorded:
+    """A memory serving fragments recorded beforehand, as a dataset memory would."""
+
+    free_running = True
+
+    def __init__(self, fragments):
+        self.fragments = fragments
+
+    def has_room(self, item):
+        return False
+
+    def can_sample(self):
+        return True
+
+    def sample(self):
+        return self.fragments[0]
+
+    def stats(self):
+        return {}
+
+
+def test_a_fleet_without_samplers_learns_from_its_memories(monkeypatch):
+    """``0a1m1l`` for an algorithm whose memories read a dataset: no sampler is built, and
+    the learner updates on what the memory serves."""
+    import dataclasses
+
+    from walle_ray.algos import algorithm_for
+    from walle_ray.algos.spec import fragment_sampler
+    from walle_ray.runtime import fleet as fleet_module
+
+    cfg = make_cfg("algo=impala", "algo.fragment_length=8", "algo.batch_size=2", "topology=local")
+    sampler = fragment_sampler(cfg.env, cfg.model, 8, 0.99)
+    recorded = [sampler.collect()[0].rows([0, 1])]
+    sampler.close()
+    reader = dataclasses.replace(algorithm_for(cfg.algo), reads_dataset=True,
+                                 memory_spec=lambda cfg, k: (Recorded, (recorded,), {}))
+    monkeypatch.setattr(fleet_module, "algorithm_for", lambda _: reader)
+    fleet = fleet_module.LocalFleet(cfg, parse_topology("0a1m1l"), *env_spaces(cfg.env))
+    try:
+        fleet.start()
+        step = fleet.step(0)
+        assert fleet.samplers == [] and step.reports == []
+        assert len(step.learned) == cfg.algo.updates_per_call
+        assert fleet.learner.version == cfg.algo.updates_per_call
+    finally:
+        fleet.shutdown()

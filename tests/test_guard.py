@@ -11,14 +11,14 @@ from conftest import make_cfg, run_cli
 from walle_ray.envs import env_spaces
 from walle_ray.learners import Learner
 from walle_ray.learners.guard import NonFiniteUpdate
-from walle_ray.runtime.fleet import sampler_spec
+from walle_ray.algos import algorithm_for
 from walle_ray.topology import parse_topology
 
 
 def learner_and_rollout(*overrides):
     cfg = make_cfg("topology=local", *overrides)
     topo = parse_topology("local")
-    cls, args, kwargs = sampler_spec(cfg, topo, 0)
+    cls, args, kwargs = algorithm_for(cfg.algo).sampler_spec(cfg, topo, 0)
     sampler = cls(*args, **kwargs)
     learner = Learner(cfg, *env_spaces(cfg.env))
     sampler.set_weights(learner.model.get_weights(), 0)

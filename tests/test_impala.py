@@ -7,7 +7,7 @@ import time
 import pytest
 
 from walle_ray.envs import env_spaces
-from walle_ray.runtime.async_fleet import AsyncRayFleet
+from walle_ray.runtime.fleet import RayFleet
 from walle_ray.topology import parse_topology, plan_resources
 
 from conftest import make_cfg, run_cli
@@ -50,7 +50,7 @@ def test_killed_sampler_is_restarted_and_the_run_goes_on(ray_session):
     cfg = make_cfg("algo=impala", "algo.batch_size=8", "algo.updates_per_call=2")
     topo = parse_topology("2a1m1l")
     obs_space, action_space = env_spaces(cfg.env)
-    fleet = AsyncRayFleet(cfg, topo, obs_space, action_space, plan_resources(topo, 2), 120)
+    fleet = RayFleet(cfg, topo, obs_space, action_space, plan_resources(topo, 2), 120)
     try:
         fleet.start()
         seen_after_kill = set()
@@ -58,7 +58,8 @@ def test_killed_sampler_is_restarted_and_the_run_goes_on(ray_session):
         deadline = time.monotonic() + 120
         updates = 0
         while time.monotonic() < deadline:
-            reports, learned = fleet.poll(0)
+            step = fleet.step(0)
+            reports, learned = step.reports, step.learned
             updates += sum(m["updates"] for m in learned)
             if not killed and updates >= 4:
                 ray.kill(fleet.samplers[0], no_restart=False)

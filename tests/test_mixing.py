@@ -16,7 +16,7 @@ def fragments(n, envs=4):
     s = make_sampler(T=5, envs=envs)
     out = []
     for v in range(n):
-        s.set_weights(s.model.get_weights(), version=v)
+        s.set_weights(s.policy.model.get_weights(), version=v)
         out.append(s.collect()[0])
     return out
 

@@ -4,7 +4,7 @@ import numpy as np
 import ray as ray_module
 from omegaconf import OmegaConf
 
-from walle_ray.actors.sampler import Sampler
+from walle_ray.algos.spec import fragment_sampler
 from walle_ray.batch import concat_rollouts
 from walle_ray.envs import env_spaces
 from walle_ray.learners import Learner
@@ -39,7 +39,7 @@ def test_two_learners_match_one_learner_on_the_joined_batches(ray_session):
     ray = ray_session
     cfg = make_cfg("algo=impala", "algo.optimizer=adam", "algo.lr=1e-2", "algo.max_grad_norm=1.0")
     obs_space, action_space = env_spaces(cfg.env)
-    sampler = Sampler(OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model), 8, 0.99, 0, 0)
+    sampler = fragment_sampler(OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model), 8, 0.99, 0, 0)
     frags = [sampler.collect()[0] for _ in range(6)]
     a, b = frags[0::2], frags[1::2]  # three steps, each on 4 rows per learner
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from walle_ray.actors.replay_sampler import ReplaySampler
+from walle_ray.actors.sampler import Sampler
+from walle_ray.algos.replay import replay_sampler_args
 from walle_ray.algos.dqn.config import DQNConfig
 from walle_ray.config import EnvConfig, ModelConfig
 
@@ -47,11 +48,12 @@ def reference(n: int, truncate: bool) -> list[tuple[float, float, float, float]]
     return out
 
 
-def make(n: int, truncate: bool, T: int, envs: int = 2) -> ReplaySampler:
+def make(n: int, truncate: bool, T: int, envs: int = 2) -> Sampler:
     env = EnvConfig(name="counting", id="walle/Counting-v0", envs_per_sampler=envs,
                     kwargs={"length": LENGTH, "truncate": truncate})
     algo = OmegaConf.to_object(OmegaConf.structured(DQNConfig(n_step=n, gamma=GAMMA)))
-    return ReplaySampler(env, ModelConfig(), algo, FixedExplorer, T, index=0, num_samplers=1)
+    return Sampler(*replay_sampler_args(env, ModelConfig(), algo, FixedExplorer, T, index=0,
+                                        num_samplers=1))
 
 
 @pytest.mark.parametrize("truncate", [False, True])
@@ -89,4 +91,4 @@ def test_explorer_sees_this_samplers_step_count():
     sampler = make(3, False, T=4, envs=3)
     sampler.collect()
     sampler.collect()
-    assert sampler.explorer.steps_seen == [0, 3, 6, 9, 12, 15, 18, 21]
+    assert sampler.policy.explorer.steps_seen == [0, 3, 6, 9, 12, 15, 18, 21]

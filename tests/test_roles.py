@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from walle_ray.actors.param_server import ParameterServer
-from walle_ray.actors.sampler import Sampler
+from walle_ray.algos.spec import fragment_sampler, fragment_sampler_args
 from walle_ray.batch import concat_rollouts
 from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.config import EnvConfig, ModelConfig
@@ -25,13 +25,13 @@ def counting(truncate=False, envs=2):
 
 
 def make_sampler(truncate=False, T=7, envs=2):
-    return Sampler(counting(truncate, envs), OmegaConf.structured(ModelConfig()), fragment_length=T,
-                   gamma=0.5, index=0, seed=0)
+    return fragment_sampler(counting(truncate, envs), OmegaConf.structured(ModelConfig()),
+                            fragment_length=T, gamma=0.5, index=0, seed=0)
 
 
 def test_fragment_shapes_and_contents():
     s = make_sampler()
-    s.set_weights(s.model.get_weights(), version=3)
+    s.set_weights(s.policy.model.get_weights(), version=3)
     r, stats = s.collect()
     r.check()
     T, B = 7, 2
@@ -64,7 +64,7 @@ def test_truncation_records_the_value_of_the_final_observation():
     r, _ = s.collect()
     assert r.truncated_t[4].all() and not r.terminated_t.any()
     with torch.no_grad():
-        v_final = s.model(torch.tensor([[float(LENGTH)]]))[1].item()
+        v_final = s.policy.model(torch.tensor([[float(LENGTH)]]))[1].item()
     np.testing.assert_allclose(r.final_v_t[4], [v_final, v_final], rtol=1e-5)
     assert (r.final_v_t[[0, 1, 2, 3, 5, 6]] == 0).all()
 
@@ -72,8 +72,8 @@ def test_truncation_records_the_value_of_the_final_observation():
 def test_truncated_steps_carry_their_final_observations():
     """A learner that values truncated episodes' final observations itself (IMPALA) finds
     them in the fragment; the sampler's own value there is NaN, so it cannot be used."""
-    s = Sampler(counting(truncate=True), OmegaConf.structured(ModelConfig()), fragment_length=7,
-                gamma=0.5, bootstrap_value=False)
+    s = fragment_sampler(counting(truncate=True), OmegaConf.structured(ModelConfig()),
+                         fragment_length=7, gamma=0.5, bootstrap_value=False)
     r, _ = s.collect()
     r.check()
     assert r.truncated_t[4].all() and r.final_obs.shape == (2, 1)
@@ -121,11 +121,11 @@ def test_values_computed_per_fragment_match_the_full_forward_pass():
     """A separate critic is run once per fragment, on all T + 1 observations; the values
     and the policy outputs it records are what one full forward pass per step gives."""
     s = make_sampler(T=7)
-    assert s.model.separate_critic
+    assert s.policy.model.separate_critic
     r, _ = s.collect()
     with torch.no_grad():
         obs = torch.from_numpy(np.concatenate([r.obs_t, r.last_obs[None]]).reshape(-1, 1))
-        params, values = s.model(obs)
+        params, values = s.policy.model(obs)
     np.testing.assert_allclose(r.v_t, values[:14].view(7, 2).numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(r.last_v, values[14:].numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(r.dist_t, params[:14].view(7, 2, -1).numpy(), rtol=1e-5, atol=1e-6)
@@ -134,10 +134,11 @@ def test_values_computed_per_fragment_match_the_full_forward_pass():
 def test_without_the_bootstrap_value_the_rest_is_unchanged():
     """``bootstrap_value=False`` (IMPALA's samplers) leaves ``last_v`` NaN and every other
     field as the default sampler writes it from the same seed and weights."""
-    with_v, without = make_sampler(), Sampler(counting(), OmegaConf.structured(ModelConfig()),
-                                              fragment_length=7, gamma=0.5, bootstrap_value=False)
-    without.set_weights(with_v.model.get_weights(), 0)
-    with_v.set_weights(with_v.model.get_weights(), 0)
+    with_v = make_sampler()
+    without = fragment_sampler(counting(), OmegaConf.structured(ModelConfig()), fragment_length=7,
+                               gamma=0.5, bootstrap_value=False)
+    without.set_weights(with_v.policy.model.get_weights(), 0)
+    with_v.set_weights(with_v.policy.model.get_weights(), 0)
     torch.manual_seed(1)
     a, _ = with_v.collect()
     torch.manual_seed(1)
@@ -153,11 +154,16 @@ def test_samplers_skip_the_bootstrap_value_only_where_learners_compute_it(algo, 
     """PPO's GAE reads the sampler's ``last_v``; IMPALA's V-trace values the last
     observation with the learner's own network."""
     from conftest import make_cfg
-    from walle_ray.runtime.fleet import sampler_spec
+    from walle_ray.actors.sampler import Sampler
+    from walle_ray.actors.writers import FragmentWriter
+    from walle_ray.algos import algorithm_for
     from walle_ray.topology import parse_topology
 
-    cls, _args, kwargs = sampler_spec(make_cfg(f"algo={algo}", "topology=local"), parse_topology("local"), 0)
-    assert cls is Sampler and kwargs == {"bootstrap_value": bootstrap}
+    cfg = make_cfg(f"algo={algo}", "topology=local")
+    cls, args, kwargs = algorithm_for(cfg.algo).sampler_spec(cfg, parse_topology("local"), 0)
+    sampler = cls(*args, **kwargs)
+    assert cls is Sampler and isinstance(sampler.writer, FragmentWriter)
+    assert sampler.writer.bootstrap_value == bootstrap
 
 
 @pytest.mark.parametrize("space", ["box", "image"])
@@ -233,8 +239,8 @@ def test_sampler_worker_pulls_published_weights(ray_session):
     ray = ray_session
     ps = RemoteParameterServer.remote()
     worker = RemoteSampler.options(num_cpus=0.1).remote(
-        ps, counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0)
-    weights = make_sampler().model.get_weights()
+        ps, *fragment_sampler_args(counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0))
+    weights = make_sampler().policy.model.get_weights()
     ray.get(ps.publish.remote(7, [ray.put(weights)]))
     rollout_ref, stats_ref = worker.collect.remote()
     rollout, stats = ray.get([rollout_ref, stats_ref], timeout=60)
@@ -270,7 +276,8 @@ def test_pinned_sampler_runs_on_one_cpu_with_the_threads_it_starts(ray_session):
     ps = RemoteParameterServer.remote()
     cpus = sorted(os.sched_getaffinity(0))
     workers = [RemoteSampler.options(num_cpus=0.1).remote(
-        ps, counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0, pin=pin)
+        ps, *fragment_sampler_args(counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0),
+        pin=pin)
         for pin in (None, len(cpus) + 1)]
     try:
         free, pinned = ray.get([w.__ray_call__.remote(_affinities) for w in workers], timeout=60)
@@ -292,9 +299,9 @@ def test_streaming_sampler_takes_weights_asked_for_before_the_fragment_ended(ray
 
     ray = ray_session
     ps = RemoteParameterServer.remote()
-    box = [ray.put(make_sampler().model.get_weights())]
+    box = [ray.put(make_sampler().policy.model.get_weights())]
     ray.get(ps.publish.remote(1, box))
-    worker = SamplerWorker(ps, counting(), OmegaConf.structured(ModelConfig()), 8, 0.99, 0, 0)
+    worker = SamplerWorker(ps, *fragment_sampler_args(counting(), OmegaConf.structured(ModelConfig()), 8, 0.99, 0, 0))
     pulls = []
     blocking_pull = worker._pull
     worker._pull = lambda sampler, *a: (pulls.append(sampler.version), blocking_pull(sampler, *a))

@@ -3,7 +3,7 @@
 import pytest
 
 from walle_ray.config import ConfigError
-from walle_ray.topology import parse_topology, plan_resources
+from walle_ray.topology import check_samplers, parse_topology, plan_resources
 
 
 @pytest.mark.parametrize("spec,counts", [
@@ -23,7 +23,7 @@ def test_local_runs_one_of_each_in_process():
 
 @pytest.mark.parametrize("spec,fragment", [
     ("4a1m", "malformed"), ("a1m1l", "malformed"), ("4x1m1l", "malformed"), ("", "malformed"),
-    ("0a1m1l", "at least one"), ("4a0m1l", "at least one"), ("4a1m1l2p", "0 or 1"),
+    ("4a0m1l", "at least one"), ("4a1m0l", "at least one"), ("4a1m1l2p", "0 or 1"),
     ("4a1m2l", "M >= L"), ("-1a1m1l", "malformed"),
 ])
 def test_invalid_strings_show_the_grammar(spec, fragment):
@@ -31,6 +31,14 @@ def test_invalid_strings_show_the_grammar(spec, fragment):
         parse_topology(spec)
     assert fragment in str(err.value)
     assert "<A>a<M>m<L>l[<P>p]" in str(err.value) or "M >= L" in str(err.value)
+
+
+def test_no_samplers_only_for_an_algorithm_that_reads_a_dataset():
+    t = parse_topology("0a1m1l")
+    assert t.samplers == 0 and plan_resources(t, cluster_cpus=2).learner_cpus > 0
+    check_samplers(t, "bc", reads_dataset=True)
+    with pytest.raises(ConfigError, match=r"algo=ppo learns from what samplers collect.*1a1m1l"):
+        check_samplers(t, "ppo", reads_dataset=False)
 
 
 def test_memories_split_evenly_between_learners():

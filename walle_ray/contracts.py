@@ -75,3 +75,47 @@ class Update(Protocol):
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what ``state_dict`` returned."""
+
+
+@runtime_checkable
+class ActingPolicy(Protocol):
+    """How a sampler acts: the algorithm's policy copy and its exploration
+    (``ActorCriticActing`` for policy-gradient methods, an ``Explorer`` for replay ones).
+    Built in the sampler's process by the factory its ``Algorithm.sampler_spec`` names."""
+
+    def set_weights(self, weights: dict) -> None:
+        """Load the learner's published weights (numpy arrays by parameter name)."""
+
+    def act(self, obs: Any, env_steps: int) -> tuple[Any, Any]:
+        """Actions for a batch of observations [B, *obs_shape] as numpy, and the extras the
+        writer keeps of this step (log-probabilities, values), or None. ``env_steps``: the
+        sampler's steps so far, for exploration schedules."""
+
+    def stats(self) -> dict[str, float]:
+        """Exploration settings of the moment (e.g. epsilon), logged as ``explore/<key>``."""
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """How a sampler packs its steps for the memories (Acme's adders): ``FragmentWriter``
+    keeps ``[T, B]`` fragments, ``TransitionWriter`` n-step transitions
+    (``walle_ray/actors/writers.py``). The acting loop (``Sampler.collect``) calls, per
+    fragment: ``start`` once, then for each step t ``slots``, the env step into those
+    arrays, and ``add``; then ``finish`` once."""
+
+    def start(self, obs: Any) -> None:
+        """A fragment begins from observations ``obs`` [B, *obs_shape]."""
+
+    def slots(self, t: int) -> tuple[Any, Any, Any, Any]:
+        """The arrays step t's env writes into: next observations [B, *obs_shape], rewards
+        [B] float32, terminated and truncated [B] bool. The writer may keep them (a
+        fragment's rows) or reuse them."""
+
+    def add(self, t: int, obs: Any, action: Any, extras: Any, next_obs: Any, ended: Any) -> None:
+        """Step t: what was acted on, the actions and the policy's extras, the next
+        observations (the array ``slots`` gave), and the episodes that ended (``Ended``,
+        with their final observations) or None."""
+
+    def finish(self, last_obs: Any, version: int) -> tuple[Any, dict]:
+        """The fragment's data for a memory (a ``Rollout`` or ``Transitions``), stamped
+        with the policy ``version`` that acted, and counters for the sampler's report."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from walle_ray.config import ConfigError
 
 GRAMMAR = (
-    "a topology is '<A>a<M>m<L>l[<P>p]' with whole numbers A, M, L >= 1 and P in {0, 1}, "
+    "a topology is '<A>a<M>m<L>l[<P>p]' with whole numbers A >= 0 (0 only for algorithms "
+    "that read a dataset), M, L >= 1 and P in {0, 1}, "
     "e.g. 32a4m4l (32 samplers, 4 memories, 4 learners) or 4a8m1l1p; or 'local' for one process"
 )
 _PATTERN = re.compile(r"^(\d+)a(\d+)m(\d+)l(?:(\d+)p)?$")
@@ -44,7 +45,8 @@ class Topology:
 
 
 def parse_topology(spec: str) -> Topology:
-    """Parse a topology string; raises ConfigError that shows the grammar."""
+    """Parse a topology string; raises ConfigError that shows the grammar. Whether a run may
+    have no samplers is the algorithm's to say (``check_samplers``)."""
     text = str(spec).strip().lower()
     if text == "local":
         return Topology(samplers=1, memories=1, learners=1, param_servers=0, local=True)
@@ -53,8 +55,8 @@ def parse_topology(spec: str) -> Topology:
         raise ConfigError(f"topology {spec!r} is malformed: {GRAMMAR}")
     a, m, l_, p = (int(g) if g is not None else None for g in match.groups())
     p = 1 if p is None else p
-    if a < 1 or m < 1 or l_ < 1:
-        raise ConfigError(f"topology {spec!r} needs at least one of each role: {GRAMMAR}")
+    if m < 1 or l_ < 1:
+        raise ConfigError(f"topology {spec!r} needs at least one memory and one learner: {GRAMMAR}")
     if p > 1:
         raise ConfigError(f"topology {spec!r} asks for {p} parameter servers; use 0 or 1: {GRAMMAR}")
     if m < l_:
@@ -95,7 +97,7 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
         learner_cpus = min(1.0, 0.5 * cluster_cpus / topo.learners)
     if sampler_cpus is None:
         left = cluster_cpus - io_cpus - topo.learners * learner_cpus
-        sampler_cpus = min(1.0, left / topo.samplers)
+        sampler_cpus = min(1.0, left / topo.samplers) if topo.samplers else 1.0
     # Ray accepts fractions to 1e-4; round down so the sum never exceeds the cluster.
     plan = ResourcePlan(
         sampler_cpus=_floor4(sampler_cpus), memory_cpus=small,
@@ -111,3 +113,11 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
 
 def _floor4(x: float) -> float:
     return int(x * 10_000) / 10_000
+
+
+def check_samplers(topo: Topology, algo_name: str, reads_dataset: bool) -> None:
+    """A topology with no samplers suits only an algorithm whose memories read a dataset."""
+    if topo.samplers == 0 and not reads_dataset:
+        raise ConfigError(
+            f"topology {topo}: algo={algo_name} learns from what samplers collect, and this "
+            f"topology has none; give it at least one (e.g. 1a{topo.memories}m{topo.learners}l)")

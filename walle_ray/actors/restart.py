@@ -13,10 +13,9 @@ class SamplerFailed(RuntimeError):
 
 
 class RestartingSampler:
-    """Holds one sampler (``Sampler`` or ``ReplaySampler``) and builds a fresh one, with new
-    envs and weights pulled again, when ``collect`` raises. The fragment that was being
-    collected is lost and collected again; after ``max_failures`` failures in a row the
-    error is raised as ``SamplerFailed``."""
+    """Holds one ``Sampler`` and builds a fresh one, with new envs and weights pulled again,
+    when ``collect`` raises. The fragment that was being collected is lost and collected
+    again; after ``max_failures`` failures in a row the error is raised as ``SamplerFailed``."""
 
     def __init__(self, cls: type, args: tuple, kwargs: dict | None = None, max_failures: int = 3):
         self.cls, self.args, self.kwargs = cls, args, kwargs or {}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
@@ -21,18 +23,21 @@ class Algorithm:
     ``make_model(obs_space, action_space, cfg)`` builds the network learners train and
     samplers act with (anything with ``get_weights`` / ``set_weights``);
     ``learner_bootstraps``: its learners value each fragment's last observation themselves,
-    so samplers skip that value (``Sampler(bootstrap_value=False)``).
+    so samplers skip that value (``FragmentWriter(bootstrap_value=False)``);
+    ``reads_dataset``: its memories serve recorded data, so a topology with no samplers
+    (``0a1m1l``) is legal for it.
 
     The algorithm builds its roles, so the runtime never asks which algorithm it runs:
     ``sampler_spec(cfg, topo, i)`` and ``memory_spec(cfg, k)`` give the class of sampler i
-    and of memory k with their constructor's positional and keyword arguments (a memory
+    (the one acting loop, ``Sampler``, given the algorithm's ``ActingPolicy`` and ``Writer``
+    factories) and of memory k with their constructor's positional and keyword arguments (a memory
     for asynchronous algorithms; the runtime's FIFO carries a synchronous one's fragments);
     ``eval_policy(obs_space, action_space, cfg, seed, deterministic)`` is what evaluation acts
     with (``set_weights``, ``act``), ``cfg`` holding the trained run's env, model and algo
     sections as dataclasses.
 
     Replay-based algorithms also name an ``explorer``: the class a replay sampler acts with
-    (see ``walle_ray/actors/replay_sampler.py``); their memories are prioritized replay
+    (the ``Explorer`` of ``walle_ray/algos/replay``); their memories are prioritized replay
     shards and their updates send new priorities back (``Update.memory_feedback``).
     """
 
@@ -46,6 +51,7 @@ class Algorithm:
     make_model: Callable[..., Any] = None  # type: ignore[assignment]  # set in __post_init__
     explorer: Optional[type] = None
     learner_bootstraps: bool = False
+    reads_dataset: bool = False
     sampler_spec: Callable[..., tuple[type, tuple, dict]] = None  # type: ignore[assignment]
     memory_spec: Optional[Callable[..., tuple[type, tuple, dict]]] = None
     eval_policy: Callable[..., Any] = None  # type: ignore[assignment]
@@ -59,38 +65,101 @@ class Algorithm:
             object.__setattr__(self, "eval_policy", ActorCriticPolicy)
 
 
-class ActorCriticPolicy:
-    """Evaluation for the policy-gradient methods: acts as their ``Sampler`` does, with the
-    action head's mode when deterministic, else a sample from it."""
+class ActorCriticActing:
+    """How the policy-gradient methods act on a sampler (the ``ActingPolicy`` contract): one
+    batched forward pass per step, an action sampled from the head (its mode when
+    ``deterministic``). The extras are what ``FragmentWriter`` keeps of each step: the
+    action, its log-probability and the head's parameters as tensors, and the value, or None
+    with a separate critic (the writer values those observations in one batch)."""
 
-    def __init__(self, obs_space, action_space, cfg, seed: int, deterministic: bool):
+    def __init__(self, obs_space, action_space, cfg, deterministic: bool = False):
         self.model = actor_critic_model(obs_space, action_space, cfg)
         self.model.eval()
+        self.separate = self.model.separate_critic
         self.deterministic = deterministic
 
     def set_weights(self, weights) -> None:
         self.model.set_weights(weights)
 
-    def act(self, obs):
+    def act(self, obs, env_steps: int = 0):
         import torch
 
         with torch.inference_mode():
-            params = self.model.policy(torch.from_numpy(obs))
-            return self.model.head.act(params, self.deterministic)[0].numpy()
+            if self.separate:
+                params, value = self.model.policy(torch.from_numpy(obs)), None
+            else:
+                params, value = self.model(torch.from_numpy(obs))
+            action, logp = self.model.head.act(params, self.deterministic)
+        return action.numpy(), (action, logp, params, value)
+
+    def value(self, obs):
+        """State values of ``obs`` [N, *obs_shape] as numpy."""
+        import torch
+
+        with torch.inference_mode():
+            return self.model.value(torch.from_numpy(obs)).numpy()
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+
+class ActorCriticPolicy(ActorCriticActing):
+    """Evaluation for the policy-gradient methods: acts as their samplers do, with the
+    action head's mode when deterministic, else a sample from it."""
+
+    def __init__(self, obs_space, action_space, cfg, seed: int, deterministic: bool):
+        super().__init__(obs_space, action_space, cfg, deterministic)
+
+    def act(self, obs):
+        return super().act(obs)[0]
+
+
+def _actor_critic_acting(cfg, obs_space, action_space, index: int, seed: int) -> ActorCriticActing:
+    return ActorCriticActing(obs_space, action_space, cfg)
+
+
+def _fragment_writer(gamma: float, track_return: bool, bootstrap_value: bool, policy, env,
+                     fragment_length: int):
+    from walle_ray.actors.writers import FragmentWriter
+
+    return FragmentWriter(policy, env, fragment_length, gamma, track_return, bootstrap_value)
+
+
+def fragment_sampler_args(env_cfg, model_cfg, fragment_length: int, gamma: float, index: int = 0,
+                          seed: int = 0, bootstrap_value: bool = True) -> tuple:
+    """``Sampler``'s arguments for the policy-gradient methods: the actor-critic acting, a
+    ``FragmentWriter`` keeping fixed-length fragments."""
+    policy = partial(_actor_critic_acting, SimpleNamespace(env=env_cfg, model=model_cfg))
+    writer = partial(_fragment_writer, float(gamma), bool(env_cfg.normalize_reward), bootstrap_value)
+    return env_cfg, policy, writer, fragment_length, index, seed
+
+
+def fragment_sampler(*args, **kwargs):
+    """A policy-gradient ``Sampler`` in this process (``fragment_sampler_args``' arguments)."""
+    from walle_ray.actors.sampler import Sampler
+
+    return Sampler(*fragment_sampler_args(*args, **kwargs))
 
 
 def fragment_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
-    """Sampler i of the policy-gradient methods: a ``Sampler`` writing fixed-length fragments."""
-    from omegaconf import OmegaConf
-
+    """Sampler i of the policy-gradient methods (``fragment_sampler_args``)."""
     from walle_ray.actors.sampler import Sampler
     from walle_ray.algos import algorithm_for
 
     algo = algorithm_for(cfg.algo)
-    # Plain dataclasses, not config nodes: a node pickles the whole config tree with it.
-    env, model = OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model)
-    return (Sampler, (env, model, algo.fragment_length(cfg, topo), cfg.algo.gamma, i, cfg.run.seed),
-            {"bootstrap_value": not algo.learner_bootstraps})
+    sections = typed_sections(cfg)
+    return Sampler, fragment_sampler_args(sections.env, sections.model, algo.fragment_length(cfg, topo),
+                                          cfg.algo.gamma, i, cfg.run.seed,
+                                          not algo.learner_bootstraps), {}
+
+
+def typed_sections(cfg) -> SimpleNamespace:
+    """The env, model and algo sections as plain dataclasses, for roles built in other
+    processes: a config node would pickle the whole config tree with it."""
+    from omegaconf import OmegaConf
+
+    return SimpleNamespace(env=OmegaConf.to_object(cfg.env), model=OmegaConf.to_object(cfg.model),
+                           algo=OmegaConf.to_object(cfg.algo))
 
 
 def configured_fragment_length(cfg, topo) -> int:

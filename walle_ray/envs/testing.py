@@ -1,7 +1,8 @@
 """Small deterministic environments for tests and benchmarks.
 
-Registered with gymnasium as ``walle/Counting-v0``, ``walle/Sleep-v0`` and
-``walle/Faulty-v0`` so they go through the same ``env.id=...`` path as any other env.
+Registered with gymnasium as ``walle/Counting-v0``, ``walle/Sleep-v0``, ``walle/Faulty-v0``,
+``walle/Frames-v0`` and ``walle/Continuous-v0`` so they go through the same ``env.id=...``
+path as any other env.
 """
 
 from __future__ import annotations
@@ -59,6 +60,76 @@ class SleepEnv(gym.Env):
         self.t += 1
         obs = np.full(self.observation_space.shape, np.sin(self.t), np.float32)
         return obs, float(action), False, self.t >= self.length, {}
+
+
+class FramesEnv(gym.Env):
+    """Stand-in for an Atari env: ``stack`` stacked uint8 frames of ``size`` x ``size`` (the
+    observation layout of ``AtariEnv``), ``num_actions`` discrete actions, ``length`` steps.
+
+    Each new frame shows one bright row that moves down a step at a time, so consecutive
+    observations share ``stack - 1`` frames as real frame stacks do. Reward 1 when the action
+    is ``t mod num_actions``, else 0, so returns and values vary with the policy.
+    """
+
+    def __init__(self, stack: int = 4, size: int = 42, num_actions: int = 6, length: int = 20,
+                 truncate: bool = False):
+        self.stack, self.size, self.length, self.truncate = stack, size, length, truncate
+        self.observation_space = gym.spaces.Box(0, 255, (stack, size, size), np.uint8)
+        self.action_space = gym.spaces.Discrete(num_actions)
+        self.t = 0
+        self.frames = np.zeros((stack, size, size), np.uint8)
+
+    def _frame(self) -> np.ndarray:
+        frame = np.zeros((self.size, self.size), np.uint8)
+        frame[self.t % self.size] = 255
+        return frame
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.frames = np.repeat(self._frame()[None], self.stack, axis=0)
+        return self.frames.copy(), {}
+
+    def step(self, action):
+        reward = 1.0 if int(action) == self.t % self.action_space.n else 0.0
+        self.t += 1
+        self.frames = np.concatenate([self.frames[1:], self._frame()[None]])
+        end = self.t >= self.length
+        return self.frames.copy(), reward, end and not self.truncate, end and self.truncate, {}
+
+
+class ContinuousEnv(gym.Env):
+    """Stand-in for a continuous-control env: a point in ``obs_dim`` dimensions pushed by
+    bounded actions in ``act_dim`` (within ``low`` and ``high``, scalars or lists), rewarded
+    for staying near the origin. Episodes end by truncation after ``length`` steps, as
+    MuJoCo's time limits do (``truncate=False`` terminates instead)."""
+
+    def __init__(self, obs_dim: int = 3, act_dim: int = 1, low=-1.0, high=1.0, length: int = 20,
+                 truncate: bool = True):
+        self.length, self.truncate = length, truncate
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        self.action_space = gym.spaces.Box(np.asarray(low, np.float32) * np.ones(act_dim, np.float32),
+                                           np.asarray(high, np.float32) * np.ones(act_dim, np.float32),
+                                           dtype=np.float32)
+        self.t = 0
+        self.x = np.zeros(obs_dim, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.x = self.np_random.uniform(-1, 1, self.x.shape).astype(np.float32)
+        return self.x.copy(), {}
+
+    def step(self, action):
+        action = np.clip(np.asarray(action, np.float32), self.action_space.low,
+                         self.action_space.high)
+        k = min(len(action), len(self.x))
+        self.x = 0.9 * self.x
+        self.x[:k] += 0.1 * action[:k]
+        self.t += 1
+        reward = -float(np.square(self.x).sum()) - 0.01 * float(np.square(action).sum())
+        end = self.t >= self.length
+        return self.x.copy(), reward, end and not self.truncate, end and self.truncate, {}
 
 
 _steps_in_process = 0  # steps taken by every FaultyEnv in this process
@@ -144,6 +215,7 @@ class FaultyEnv(gym.Wrapper):
 
 def register_test_envs() -> None:
     for env_id, entry in (("walle/Counting-v0", CountingEnv), ("walle/Sleep-v0", SleepEnv),
-                          ("walle/Faulty-v0", FaultyEnv)):
+                          ("walle/Faulty-v0", FaultyEnv), ("walle/Frames-v0", FramesEnv),
+                          ("walle/Continuous-v0", ContinuousEnv)):
         if env_id not in gym.envs.registry:
             gym.register(env_id, entry_point=entry, disable_env_checker=True)

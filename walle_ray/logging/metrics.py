@@ -54,25 +54,24 @@ class MetricsFile:
 
 
 class Sinks:
-    """Each record goes through the hooks (which may add keys, e.g. ``eval/return``), then to
-    every sink: metrics.jsonl first, then W&B and Ray gauges when configured."""
+    """Each record goes to every sink: metrics.jsonl first, then W&B and Ray gauges when
+    configured. ``also_close``: objects holding resources (the evaluation env) that close
+    with the sinks."""
 
-    def __init__(self, sinks: list, hooks: list | None = None):
+    def __init__(self, sinks: list, also_close: list | None = None):
         self.sinks = sinks
-        self.hooks = hooks or []
+        self.also_close = also_close or []
 
     def write(self, record: dict) -> None:
-        for hook in self.hooks:
-            record.update(hook(record))
         for sink in self.sinks:
             sink.write(record)
 
     def close(self, exit_code: int = 0) -> None:
-        """Close every sink, then the hooks that hold resources (the evaluation env), even
-        when one fails (the metrics file is closed first)."""
+        """Close every sink, then what else holds resources, even when one fails (the
+        metrics file is closed first)."""
         errors = []
         closers = [(sink, lambda s=sink: s.close(exit_code)) for sink in self.sinks]
-        closers += [(hook, hook.close) for hook in self.hooks if hasattr(hook, "close")]
+        closers += [(other, other.close) for other in self.also_close]
         for owner, close in closers:
             try:
                 close()

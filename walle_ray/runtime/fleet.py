@@ -1,11 +1,15 @@
-"""The set of role instances of one run, in this process (``local``) or as Ray actors.
-
-Both fleets offer the same calls, so the driver loop is written once.
+"""The role instances of one run: ``LocalFleet`` in this process (``topology=local``),
+``RayFleet`` as Ray actors. They differ only in where the roles run. Each runs a synchronous
+algorithm (every sampler collects a fragment, then the learners update once) or an
+asynchronous one (samplers fill memories while learners drain them), as the algorithm's
+``loop`` says, and both offer the driver loop (``runtime/loop.py``) the same calls:
+``start``, ``step``, the learner's and memories' state, and ``shutdown``.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 from omegaconf import DictConfig
@@ -48,9 +52,24 @@ def role_failed(role: str, exc: BaseException) -> RoleFailed:
     return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
 
 
-def new_faults() -> dict:
-    """The fault counters every fleet reports as ``faults/<key>``."""
-    return {"sampler_restarts": 0, "lost_fragments": 0}
+@dataclass
+class Step:
+    """What one ``Fleet.step`` brought: sampler reports (env steps, episodes, timings),
+    learner metrics (one dict per update call, with ``updates`` and ``env_steps_consumed``),
+    and for a synchronous iteration its collect/learn wall-clock split."""
+
+    reports: list[dict] = field(default_factory=list)
+    learned: list[dict] = field(default_factory=list)
+    timing: dict | None = None
+
+
+def memory_spec(cfg: DictConfig, topo: Topology, k: int) -> tuple[type, tuple, dict]:
+    """Memory k as the algorithm builds it; a synchronous algorithm that names none gets a
+    FIFO that holds one iteration's fragments."""
+    algo = algorithm_for(cfg.algo)
+    if algo.memory_spec is not None:
+        return algo.memory_spec(cfg, k)
+    return FIFOMemory, (2 * max(1, topo.samplers),), {}
 
 
 def count_faults(faults: dict, stats: dict) -> None:
@@ -59,10 +78,108 @@ def count_faults(faults: dict, stats: dict) -> None:
         faults[key] += stats.pop(key, 0)
 
 
-def sampler_spec(cfg: DictConfig, topo: Topology, i: int) -> tuple[type, tuple, dict]:
-    """The class of sampler i and its constructor's positional and keyword arguments, as
-    the algorithm builds it (``Algorithm.sampler_spec``)."""
-    return algorithm_for(cfg.algo).sampler_spec(cfg, topo, i)
+def timed_update(learner_metrics: dict, rows: int, learn_s: float) -> dict:
+    """A synchronous update's metrics with the counters an asynchronous train call reports."""
+    learner_metrics.update(updates=1, env_steps_consumed=rows, batch_wait_s=0.0, train_s=learn_s)
+    return learner_metrics
+
+
+class LocalFleet:
+    """Every role in the driver process; the reference the Ray fleet is tested against.
+    An asynchronous step is one fragment per sampler, then every update the memories can
+    serve (capped per step where a memory is ``free_running``)."""
+
+    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+                 action_space: gym.Space):
+        algo = algorithm_for(cfg.algo)
+        self.sync = algo.loop == "sync"
+        self.topo = topo
+        self.samplers = [RestartingSampler(*algo.sampler_spec(cfg, topo, i))
+                         for i in range(topo.samplers)]
+        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
+        self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
+        self.ps = ParameterServer()
+        self.memories = [cls(*args, **kwargs) for cls, args, kwargs in
+                         (memory_spec(cfg, topo, k) for k in range(topo.memories))]
+        self.publish_every = cfg.algo.get("publish_every", 1)
+        self.max_updates = (cfg.algo.updates_per_call
+                            if any(getattr(m, "free_running", False) for m in self.memories) else None)
+
+    def publish(self) -> None:
+        self.ps.publish(*self.learner.weights())
+
+    def pull(self, sampler) -> None:
+        """Give a sampler the newest weights, if it does not have them."""
+        latest = self.ps.latest(sampler.version)
+        if latest is not None:
+            sampler.set_weights(latest[1], latest[0])
+
+    def start(self) -> None:
+        self.publish()
+
+    def _collect(self, i: int, sampler) -> tuple:
+        item, stats = sampler.collect(self.pull)
+        count_faults(self.faults, stats)
+        return self.memories[self.topo.memory_of_sampler(i)], item, stats
+
+    def step(self, env_steps: int) -> Step:
+        if self.sync:
+            t0 = time.perf_counter()
+            reports = []
+            for i, sampler in enumerate(self.samplers):
+                memory, rollout, stats = self._collect(i, sampler)
+                memory.put(rollout)
+                reports.append(stats)
+            t1 = time.perf_counter()
+            rollouts = [r for m in self.memories for r in m.take()]
+            metrics = self.learner.update(rollouts, env_steps)
+            self.publish()
+            t2 = time.perf_counter()
+            learned = timed_update(metrics, sum(r.num_steps for r in rollouts), t2 - t1)
+            return Step(reports, [learned], {"collect_s": t1 - t0, "learn_s": t2 - t1})
+        reports = []
+        for i, sampler in enumerate(self.samplers):
+            memory, item, stats = self._collect(i, sampler)
+            stats["dropped"] = 0 if memory.has_room(item) else 1
+            if not stats["dropped"]:
+                memory.put(item)
+            reports.append(stats)
+        return Step(reports, [m for memory in self.memories for m in self._drain(memory, env_steps)])
+
+    def _drain(self, memory, env_steps: int):
+        """Updates on the batches ``memory`` can serve now, feedback going back to it."""
+        updates = 0
+        while memory.can_sample() and (self.max_updates is None or updates < self.max_updates):
+            batch = memory.sample()
+            metrics = self.learner.update([batch], env_steps)
+            feedback = self.learner.memory_feedback()
+            if feedback is not None:
+                memory.feedback(feedback)
+            updates += 1
+            if self.learner.version % self.publish_every == 0:
+                self.publish()
+            metrics.update(updates=1, env_steps_consumed=batch.num_steps, batch_wait_s=0.0)
+            yield metrics
+
+    def learner_state(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_learner_state(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+
+    def memory_stats(self) -> list[dict]:
+        return [m.stats() for m in self.memories]
+
+    def memory_states(self) -> list[dict]:
+        return [m.state_dict() for m in self.memories]
+
+    def load_memory_states(self, states: list[dict]) -> None:
+        for memory, state in zip(self.memories, states, strict=True):
+            memory.load_state_dict(state)
+
+    def shutdown(self) -> None:
+        for s in self.samplers:
+            s.close()
 
 
 def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_space: gym.Space,
@@ -91,59 +208,6 @@ def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_
     return learners
 
 
-class LocalRoles:
-    """Samplers, one learner and the parameter server in this process (memories: subclass)."""
-
-    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
-                 action_space: gym.Space):
-        self.topo = topo
-        self.samplers = [RestartingSampler(*sampler_spec(cfg, topo, i)) for i in range(topo.samplers)]
-        self.faults = new_faults()
-        self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
-        self.ps = ParameterServer()
-
-    def publish(self) -> None:
-        self.ps.publish(*self.learner.weights())
-
-    def pull(self, sampler) -> None:
-        """Give a sampler the newest weights, if it does not have them."""
-        latest = self.ps.latest(sampler.version)
-        if latest is not None:
-            sampler.set_weights(latest[1], latest[0])
-
-    def learner_state(self) -> dict:
-        return self.learner.state_dict()
-
-    def load_learner_state(self, state: dict) -> None:
-        self.learner.load_state_dict(state)
-
-    def shutdown(self) -> None:
-        for s in self.samplers:
-            s.close()
-
-
-class LocalFleet(LocalRoles):
-    """Every role in the driver process; the reference the Ray fleet is tested against."""
-
-    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
-                 action_space: gym.Space):
-        super().__init__(cfg, topo, obs_space, action_space)
-        self.memories = [FIFOMemory(capacity=2 * topo.samplers) for _ in range(topo.memories)]
-
-    def collect(self) -> list[dict]:
-        stats = []
-        for i, sampler in enumerate(self.samplers):
-            rollout, s = sampler.collect(self.pull)
-            count_faults(self.faults, s)
-            self.memories[self.topo.memory_of_sampler(i)].put(rollout)
-            stats.append(s)
-        return stats
-
-    def learn(self, env_steps: int) -> dict:
-        rollouts = [r for m in self.memories for r in m.take()]
-        return self.learner.update(rollouts, env_steps)
-
-
 def pins_samplers(cfg: DictConfig, topo: Topology, cluster_cpus: float) -> bool:
     """Whether sampler i runs pinned to a CPU (``topology.pin_samplers``): only when the
     cluster has a CPU for each sampler. With more samplers than CPUs, pinned samplers cannot
@@ -151,9 +215,20 @@ def pins_samplers(cfg: DictConfig, topo: Topology, cluster_cpus: float) -> bool:
     return bool(cfg.topology.pin_samplers) and topo.samplers <= cluster_cpus
 
 
-class RayRoles:
-    """Learners and the parameter server as named Ray actors; subclasses add memories and
-    samplers. Every wait has a timeout whose message names the role."""
+class RayFleet:
+    """Named Ray actors (``walle/sampler-3``); every wait has a timeout whose message names
+    the role. A sampler process that dies is restarted by Ray and called again, its
+    fragments in flight lost (``faults/``); a learner or memory that dies fails the run
+    with ``RoleDied``, which the driver may answer by rebuilding from the last checkpoint.
+
+    Synchronous: each step calls every sampler's ``collect`` with the weights' box and routes
+    the fragments to their memories, then the learners ``learn`` and learner 0 publishes.
+    Asynchronous: samplers ``run`` (pushing into their memory) and learners ``train``
+    (pulling from theirs) are called again as each call ends; a step collects the reports
+    of the calls that ended.
+    """
+
+    MAX_DEATHS = 3  # deaths of one sampler in a row, with no fragment between, fail the run
 
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
@@ -162,60 +237,172 @@ class RayRoles:
         from walle_ray.runtime import remote
 
         self.ray = ray
-        self.remote = remote
-        self.cfg = cfg
-        self.topo = topo
-        self.plan = plan
-        self.timeout_s = timeout_s
+        self.cfg, self.topo, self.plan, self.timeout_s = cfg, topo, plan, timeout_s
+        self.sync = algorithm_for(cfg.algo).loop == "sync"
+        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
         self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
-        self.sampler_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
-        self.pin_samplers = pins_samplers(cfg, topo, plan.cluster_cpus)
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
-        self.memories: list = []
-        self.samplers: list = []
-        self.faults = new_faults()
+        self.memories = []
+        for k in range(topo.memories):
+            cls, args, kwargs = memory_spec(cfg, topo, k)
+            options = dict(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus)
+            # A synchronous iteration's FIFO moves fragment refs; an asynchronous memory waits
+            # for room and for batches (the back-pressure, runtime/memory_worker.py).
+            self.memories.append(remote.RemoteMemory.options(**options).remote(*args, **kwargs)
+                                 if self.sync else
+                                 remote.RemoteAsyncMemory.options(**options).remote(cls, *args, **kwargs))
+        pin = pins_samplers(cfg, topo, plan.cluster_cpus)
+        self.samplers = [self._make_sampler(i, pin, remote) for i in range(topo.samplers)]
+        if not self.sync:
+            self._get([lr.attach.remote([self.memories[k] for k in topo.memories_of_learner(j)],
+                                        self.ps, j == 0, cfg.algo.prefetch, cfg.algo.publish_every)
+                       for j, lr in enumerate(self.learners)], "learners (attaching memories)")
+        self.pending: dict = {}  # ObjectRef -> (role kind, index, the fragment's ref or None)
+        self.restarting: dict[int, float] = {}  # sampler index -> when to ask whether it is back
+        self.deaths = [0] * topo.samplers  # deaths of each sampler since its last report
 
-    def make_sampler(self, i: int, memory: str | None = None, **options):
-        """Sampler actor i, pulling weights from the parameter server (or learner 0), and
-        pushing into the memory actor named ``memory`` if given. Roles are passed by name:
-        an actor handle among the constructor arguments would tie Ray's restart of the
-        sampler to that handle's lifetime (ray-project/ray#53727)."""
-        cls, args, kwargs = sampler_spec(self.cfg, self.topo, i)
+    def _make_sampler(self, i: int, pin: bool, remote):
+        """Sampler actor i, pulling weights from the parameter server (or learner 0), and, for
+        an asynchronous algorithm, pushing into its memory. Roles are passed by name: an
+        actor handle among the constructor arguments would tie Ray's restart of the sampler
+        to that handle's lifetime (ray-project/ray#53727)."""
+        cls, args, kwargs = algorithm_for(self.cfg.algo).sampler_spec(self.cfg, self.topo, i)
         source = "walle/ps" if self.ps is not None else "walle/learner-0"
-        return self.remote.RemoteSampler.options(
+        memory = None if self.sync else f"walle/memory-{self.topo.memory_of_sampler(i)}"
+        return remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
-            runtime_env=self.sampler_env, **options).remote(
-            source, *args, memory=memory, sampler_cls=cls,
-            pin=i if self.pin_samplers else None, **kwargs)
+            runtime_env=role_runtime_env(self.cfg.run.ray_preload), max_restarts=-1,
+            max_task_retries=0).remote(source, *args, memory=memory, sampler_cls=cls,
+                                       pin=i if pin else None, **kwargs)
 
-    def _get(self, refs, role: str, restartable: bool = False):
+    def _get(self, refs, role: str):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its
-        death becomes a RoleError that names it. A restartable role's death stays a
-        RayActorError, for the caller to handle."""
+        death becomes a RoleError that names it."""
         try:
             return self.ray.get(refs, timeout=self.timeout_s)
         except self.ray.exceptions.GetTimeoutError:
             raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
                               "(run.role_timeout_s)") from None
         except self.ray.exceptions.RayActorError as exc:
-            if restartable:
-                raise
             raise RoleDied(f"{role} died ({type(exc).__name__})") from None
         except self.ray.exceptions.RayTaskError as exc:
             raise role_failed(role, exc) from None
 
-    def await_restart(self, i: int) -> None:
-        """Wait until Ray has restarted sampler i (calls made meanwhile may fail too)."""
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
+    def _call_sampler(self, i: int) -> None:
+        if self.sync:
+            rollout, stats = self.samplers[i].collect.remote(self.version, self.weights)
+            self.pending[stats] = ("sampler", i, rollout)
+        else:
+            self.pending[self.samplers[i].run.remote(self.cfg.algo.fragments_per_call)] = ("sampler", i, None)
+
+    def _call_learner(self, j: int, env_steps: int) -> None:
+        ref = self.learners[j].train.remote(self.cfg.algo.updates_per_call, env_steps)
+        self.pending[ref] = ("learner", j, None)
+
+    def _sampler_died(self, i: int, exc: BaseException) -> None:
+        """The one path for a dead sampler: count what was lost, ask again once Ray has
+        restarted it."""
+        self.deaths[i] += 1
+        if self.deaths[i] > self.MAX_DEATHS:
+            raise RoleFailed(f"sampler-{i} keeps dying ({first_line(exc)})")
+        self.faults["sampler_restarts"] += 1
+        self.faults["lost_fragments"] += 1 if self.sync else self.cfg.algo.fragments_per_call
+        self.restarting[i] = time.monotonic() + 0.2
+
+    def _finished(self, timeout_s: float) -> list[tuple]:
+        """(kind, index, result, fragment ref) of the calls that ended within ``timeout_s``;
+        each restarted sampler is called again."""
+        now = time.monotonic()
+        for i, when in list(self.restarting.items()):  # ask dead samplers whether they are back
+            if now >= when and not any(v[:2] == ("restarted", i) for v in self.pending.values()):
+                self.pending[self.samplers[i].ready.remote()] = ("restarted", i, None)
+        if not self.pending:  # every sampler is restarting: nothing to wait on yet
+            time.sleep(min(timeout_s, 0.05))
+            return []
+        ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=timeout_s)
+        if ready:
+            ready, _ = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
+        done = []
+        for ref in ready:
+            kind, index, extra = self.pending.pop(ref)
             try:
-                self.ray.get(self.samplers[i].ready.remote(), timeout=self.timeout_s)
-                return
-            except self.ray.exceptions.RayActorError:
-                time.sleep(0.2)
-        raise RoleTimeout(f"sampler-{i} was not restarted within {self.timeout_s:.0f} s "
-                          "(run.role_timeout_s)")
+                result = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as exc:
+                if kind == "learner":
+                    raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
+                if kind == "sampler":
+                    self._sampler_died(index, exc)
+                else:  # not back yet: ask again soon
+                    self.restarting[index] = time.monotonic() + 0.2
+                continue
+            except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
+                raise role_failed(f"{kind}-{index}", exc) from None
+            if kind == "restarted":
+                self.restarting.pop(index, None)
+                self._call_sampler(index)
+                continue
+            if kind == "sampler":
+                self.deaths[index] = 0
+                count_faults(self.faults, result)
+            done.append((kind, index, result, extra))
+        return done
+
+    def publish(self) -> None:
+        """The new weights' version and box, which each collect call carries to the samplers
+        (no round trip to the parameter server)."""
+        self.version, self.weights = self._get(self.learners[0].publish.remote(self.ps),
+                                               "learner-0 (publishing weights)")
+
+    def start(self) -> None:
+        self.publish()
+        if not self.sync:
+            for i in range(len(self.samplers)):
+                self._call_sampler(i)
+            for j in range(len(self.learners)):
+                self._call_learner(j, 0)
+
+    def step(self, env_steps: int, timeout_s: float = 1.0) -> Step:
+        if self.sync:
+            return self._iteration(env_steps)
+        out = Step()
+        for kind, index, result, _ in self._finished(timeout_s):
+            if kind == "sampler":
+                out.reports.append(result)
+                self._call_sampler(index)
+            else:
+                out.learned.append(result)
+                self._call_learner(index, env_steps)
+        return out
+
+    def _iteration(self, env_steps: int) -> Step:
+        """Every sampler's fragment, routed to its memory; one update; new weights."""
+        t0 = time.perf_counter()
+        deadline = t0 + self.timeout_s
+        for i in range(len(self.samplers)):
+            self._call_sampler(i)
+        reports: list = [None] * len(self.samplers)
+        puts = []
+        while self.pending or self.restarting:
+            if time.perf_counter() > deadline:
+                late = sorted({v[1] for v in self.pending.values()} | set(self.restarting))
+                raise RoleTimeout(f"sampler-{late[0]} did not answer within {self.timeout_s:.0f} s "
+                                  "(run.role_timeout_s)")
+            for _, i, stats, rollout in self._finished(0.2):
+                reports[i] = stats
+                memory = self.memories[self.topo.memory_of_sampler(i)]
+                puts.append(memory.put.remote([rollout]))
+        if not all(self._get(puts, "memories")):
+            raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
+        t1 = time.perf_counter()
+        calls = [lr.learn.remote([self.memories[k] for k in self.topo.memories_of_learner(j)], env_steps)
+                 for j, lr in enumerate(self.learners)]
+        metrics = self._get(calls, "learners")[0]
+        self.publish()
+        t2 = time.perf_counter()
+        rows = sum(r["env_steps"] for r in reports)
+        return Step(reports, [timed_update(metrics, rows, t2 - t1)],
+                    {"collect_s": t1 - t0, "learn_s": t2 - t1})
 
     def learner_state(self) -> dict:
         return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
@@ -224,59 +411,18 @@ class RayRoles:
         ref = self.ray.put(state)
         self._get([lr.load_state_dict.remote(ref) for lr in self.learners], "learners (loading state)")
 
+    def memory_stats(self) -> list[dict]:
+        return self._get([m.stats.remote() for m in self.memories], "memories")
+
+    def memory_states(self) -> list[dict]:
+        return self._get([m.state_dict.remote() for m in self.memories], "memories (snapshot)")
+
+    def load_memory_states(self, states: list[dict]) -> None:
+        self._get([m.load_state_dict.remote(state) for m, state in zip(self.memories, states,
+                                                                       strict=True)],
+                  "memories (restoring the snapshot)")
+
     def shutdown(self) -> None:
         for handle in [*self.samplers, *self.memories, *self.learners, self.ps]:
             if handle is not None:
                 self.ray.kill(handle, no_restart=True)
-
-
-class RayFleet(RayRoles):
-    """The synchronous fleet: the driver routes each sampler's fragment to its memory."""
-
-    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
-                 action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
-        super().__init__(cfg, topo, obs_space, action_space, plan, timeout_s)
-        self.memories = [
-            self.remote.RemoteMemory.options(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus).remote(
-                capacity=2 * topo.samplers)
-            for k in range(topo.memories)]
-        self.samplers = [self.make_sampler(i, max_restarts=-1, max_task_retries=0)
-                         for i in range(topo.samplers)]
-
-    def publish(self) -> None:
-        """The new weights' version and box, which each collect call carries to the samplers
-        (no round trip to the parameter server)."""
-        self.version, self.weights = self._get(self.learners[0].publish.remote(self.ps),
-                                               "learner-0 (publishing weights)")
-
-    def collect(self, max_deaths: int = 3) -> list[dict]:
-        """Every sampler's fragment, routed to its memory. A sampler process that dies is
-        restarted by Ray and asked again (its fragment is lost and collected anew)."""
-        outs = {i: s.collect.remote(self.version, self.weights) for i, s in enumerate(self.samplers)}
-        stats: list = [None] * len(self.samplers)
-        puts, deaths = [], 0
-        while outs:
-            for i, (rollout, stat) in list(outs.items()):
-                try:
-                    stats[i] = self._get(stat, f"sampler-{i}", restartable=True)
-                except self.ray.exceptions.RayActorError as exc:
-                    deaths += 1
-                    if deaths > max_deaths * len(self.samplers):
-                        raise RoleFailed(f"sampler-{i} keeps dying ({first_line(exc)})") from None
-                    self.faults["sampler_restarts"] += 1
-                    self.faults["lost_fragments"] += 1
-                    self.await_restart(i)
-                    outs[i] = self.samplers[i].collect.remote(self.version, self.weights)
-                    continue
-                del outs[i]
-                count_faults(self.faults, stats[i])
-                memory = self.memories[self.topo.memory_of_sampler(i)]
-                puts.append(memory.put.remote([rollout]))
-        if not all(self._get(puts, "memories")):
-            raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
-        return stats
-
-    def learn(self, env_steps: int) -> dict:
-        calls = [lr.learn.remote([self.memories[k] for k in self.topo.memories_of_learner(j)], env_steps)
-                 for j, lr in enumerate(self.learners)]
-        return self._get(calls, "learners")[0]

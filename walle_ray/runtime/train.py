@@ -21,10 +21,9 @@ from walle_ray.models.precision import describe as describe_bf16
 from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
                                           load_checkpoint, save_checkpoint, tensors_to_arrays)
 from walle_ray.runtime.fleet import RoleDied, RoleError
+from walle_ray.runtime.loop import Periodic, run_loop
 from walle_ray.runtime.signals import StopSignals
-from walle_ray.runtime.async_loop import run_async
-from walle_ray.runtime.sync_loop import run_sync
-from walle_ray.topology import parse_topology, plan_resources
+from walle_ray.topology import check_samplers, parse_topology, plan_resources
 
 
 @dataclass
@@ -48,7 +47,6 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     Each run's actors live in their own Ray namespace, so two runs on one cluster can both
     name theirs ``walle/sampler-0``.
     """
-    from walle_ray.runtime.async_fleet import AsyncLocalFleet, AsyncRayFleet
     from walle_ray.runtime.fleet import LocalFleet, RayFleet
     from walle_ray.runtime.ray_init import check_gpus, cluster_resources, start_ray
 
@@ -56,15 +54,13 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
         if cfg.learner.num_gpus > 0:
             raise ConfigError("learner.num_gpus: topology=local runs on this process's CPU; "
                               "use a Ray topology such as 1a1m1l to place a learner on a GPU")
-        local = AsyncLocalFleet if algorithm_for(cfg.algo).loop == "async" else LocalFleet
-        return local(cfg, topo, obs_space, action_space)
+        return LocalFleet(cfg, topo, obs_space, action_space)
     start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace=namespace)
     cpus, gpus = cluster_resources()
     check_gpus(topo.learners, cfg.learner.num_gpus, gpus)
     plan = plan_resources(topo, cpus, cfg.learner.num_gpus, cfg.topology.sampler_cpus,
                           cfg.topology.learner_cpus)
-    fleet = AsyncRayFleet if algorithm_for(cfg.algo).loop == "async" else RayFleet
-    return fleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
+    return RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
@@ -80,10 +76,8 @@ def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
     print(f"walle_ray: replay restored: {held} transitions in {len(states)} shard(s)", flush=True)
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path, fleet: Callable, resumed: bool,
-               on_ray: bool) -> Sinks:
-    """metrics.jsonl always; W&B with logger=wandb; Ray gauges when running on Ray;
-    greedy evaluation every ``eval.every_env_steps`` adds ``eval/return`` to the records."""
+def make_sinks(cfg: DictConfig, run_dir: Path, resumed: bool, on_ray: bool) -> Sinks:
+    """metrics.jsonl always; W&B with logger=wandb; Ray gauges when running on Ray."""
     sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
     try:
         if cfg.logger.name == "wandb":
@@ -97,28 +91,22 @@ def make_sinks(cfg: DictConfig, run_dir: Path, fleet: Callable, resumed: bool,
     except BaseException:
         Sinks(sinks).close(1)
         raise
-    hooks = [PeriodicEval(cfg, fleet)] if cfg.eval.every_env_steps else []
-    return Sinks(sinks, hooks)
+    return Sinks(sinks)
 
 
-class PeriodicEval:
-    """Greedy episodes on separate envs each time training passes another
-    ``eval.every_env_steps`` env steps, with the current learner weights (``fleet()`` gives
-    the fleet of the moment, which a restart replaces)."""
+class Evaluation:
+    """Episodes on separate envs with the current learner weights (greedy unless
+    ``eval.deterministic=false``), as a periodic hook every ``eval.every_env_steps``;
+    ``fleet()`` gives the fleet of the moment, which a restart replaces."""
 
     def __init__(self, cfg: DictConfig, fleet: Callable):
         from walle_ray.runtime.evaluate import Evaluator
 
         self.cfg, self.fleet = cfg, fleet
-        self.every = cfg.eval.every_env_steps
-        self.next_at = self.every
         self.evaluator = Evaluator(cfg, seed=cfg.run.seed + 10_000,
                                    deterministic=cfg.eval.deterministic)
 
     def __call__(self, record: dict) -> dict:
-        if record["env_steps"] < self.next_at:
-            return {}
-        self.next_at = (record["env_steps"] // self.every + 1) * self.every
         state = self.fleet().learner_state()
         weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
         result = self.evaluator.run(weights, int(state["version"]), self.cfg.eval.episodes)
@@ -139,6 +127,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
     algo = algorithm_for(cfg.algo)
     obs_space, action_space = env_spaces(cfg.env)
     algo.check_spaces(obs_space, action_space)  # the wrong kind of env is the first thing to say
+    check_samplers(topo, cfg.algo.name, algo.reads_dataset)
     algo.validate(cfg)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -168,8 +157,10 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
             restore_memories(cfg, fleet, ckpt)
             print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
                   f"iteration {counters['iterations']}", flush=True)
-        metrics = make_sinks(cfg, run_dir, lambda: fleet, resumed=ckpt is not None,
-                             on_ray=not topo.local)
+        metrics = make_sinks(cfg, run_dir, resumed=ckpt is not None, on_ray=not topo.local)
+        evaluation = Evaluation(cfg, lambda: fleet) if cfg.eval.every_env_steps else None
+        if evaluation is not None:
+            metrics.also_close.append(evaluation)
     except BaseException:
         fleet.shutdown()
         raise
@@ -211,11 +202,15 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
     start = (time.perf_counter(), counters["env_steps"])
     with StopSignals() as signals:
         try:
-            loop = {"sync": run_sync, "async": run_async}[algo.loop]
+            def report(record: dict) -> None:
+                metrics.write(record)
+                progress.update(record)
+
+            hooks = [Periodic("env_steps", cfg.eval.every_env_steps, evaluation)] if evaluation else []
+            hooks.append(Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint()))
             while True:
                 try:
-                    stopped_by = loop(cfg, fleet, counters, window, metrics, progress, signals,
-                                      checkpoint, start)
+                    stopped_by = run_loop(cfg, fleet, counters, window, report, hooks, signals, start)
                     break
                 except RoleDied as failure:
                     if counters.get("restarts", 0) >= cfg.run.max_restarts:

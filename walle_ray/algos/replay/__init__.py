@@ -2,19 +2,89 @@
 
 from __future__ import annotations
 
+from functools import partial
+from types import SimpleNamespace
+from typing import Protocol
+
+import numpy as np
+
+
+class Explorer(Protocol):
+    """A replay algorithm's acting policy on a sampler (e.g. epsilon-greedy Q, noisy actor).
+
+    ``act`` gets the sampler's own env steps so far, for exploration schedules; a greedy
+    explorer (for evaluation) acts without exploration noise; ``td_error`` gives the initial
+    priorities of new transitions under the sampler's copy of the network, as Ape-X
+    computes them. ``cfg`` holds the env, model and algo sections as dataclasses.
+    """
+
+    def __init__(self, obs_space, action_space, cfg, index: int, num_samplers: int, seed: int,
+                 greedy: bool = False): ...
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None: ...
+
+    def act(self, obs: np.ndarray, env_steps: int) -> np.ndarray: ...
+
+    def td_error(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray,
+                 discount: np.ndarray, next_obs: np.ndarray) -> np.ndarray: ...
+
+    def stats(self) -> dict[str, float]: ...
+
+
+class ExplorerActing:
+    """The ``ActingPolicy`` of a replay sampler: the algorithm's explorer (its exploration
+    schedule reads the sampler's own env steps), with no extras for the writer."""
+
+    def __init__(self, explorer):
+        self.explorer = explorer
+
+    def set_weights(self, weights) -> None:
+        self.explorer.set_weights(weights)
+
+    def act(self, obs, env_steps: int):
+        return self.explorer.act(obs, env_steps), None
+
+    def stats(self) -> dict[str, float]:
+        return self.explorer.stats()
+
+
+def _explorer_acting(explorer_cls: type, sections, num_samplers: int, obs_space, action_space,
+                     index: int, seed: int) -> ExplorerActing:
+    return ExplorerActing(explorer_cls(obs_space, action_space, sections, index, num_samplers, seed))
+
+
+def _transition_writer(n_step: int, gamma: float, prioritized: bool, policy, env,
+                       fragment_length: int):
+    """Initial priorities cost a forward pass over every transition; only prioritized
+    shards use them, so others get none."""
+    from walle_ray.actors.writers import TransitionWriter
+
+    return TransitionWriter(env, n_step, gamma,
+                            policy.explorer.td_error if prioritized else None)
+
+
+def replay_sampler_args(env_cfg, model_cfg, algo_cfg, explorer_cls: type, fragment_length: int,
+                        index: int = 0, num_samplers: int = 1, seed: int = 0) -> tuple:
+    """``Sampler``'s arguments for a replay-based algorithm: its explorer acting, a
+    ``TransitionWriter`` keeping n-step transitions."""
+    sections = SimpleNamespace(env=env_cfg, model=model_cfg, algo=algo_cfg)
+    policy = partial(_explorer_acting, explorer_cls, sections, num_samplers)
+    writer = partial(_transition_writer, int(algo_cfg.n_step), float(algo_cfg.gamma),
+                     bool(algo_cfg.prioritized))
+    return env_cfg, policy, writer, fragment_length, index, seed
+
 
 def replay_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
-    """Sampler i of a replay-based algorithm: a ``ReplaySampler`` acting with the algorithm's
-    explorer and writing n-step transitions."""
-    from omegaconf import OmegaConf
-
-    from walle_ray.actors.replay_sampler import ReplaySampler
+    """Sampler i of a replay-based algorithm (``replay_sampler_args``)."""
+    from walle_ray.actors.sampler import Sampler
     from walle_ray.algos import algorithm_for
+    from walle_ray.algos.spec import typed_sections
 
     algo = algorithm_for(cfg.algo)
-    env, model = OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model)
-    return ReplaySampler, (env, model, OmegaConf.to_object(cfg.algo), algo.explorer,
-                           algo.fragment_length(cfg, topo), i, topo.samplers, cfg.run.seed), {}
+    s = typed_sections(cfg)
+    return Sampler, replay_sampler_args(s.env, s.model, s.algo, algo.explorer,
+                                        algo.fragment_length(cfg, topo), i, topo.samplers,
+                                        cfg.run.seed), {}
 
 
 def replay_memory_spec(cfg, k: int) -> tuple[type, tuple, dict]:
@@ -35,8 +105,8 @@ PAST_SCHEDULES = 2**62
 
 
 class ExplorerPolicy:
-    """Evaluation for a replay algorithm: acts with its explorer, the class its
-    ReplaySampler acts with; greedy when deterministic, else with the exploration noise the
+    """Evaluation for a replay algorithm: acts with its explorer, the class its samplers
+    act with; greedy when deterministic, else with the exploration noise the
     run ends with. An algorithm names ``functools.partial(ExplorerPolicy, its_explorer)``."""
 
     def __init__(self, explorer_cls: type, obs_space, action_space, cfg, seed: int,

@@ -1,0 +1,171 @@
+"""The driver loop, one for every algorithm: step the fleet, keep the counters, and run the
+periodic hooks (a metrics record, evaluation, a checkpoint) when their interval comes.
+
+A synchronous fleet's step is one iteration (collect, then learn) and gets a record of its
+own, with WALL-E's collection vs learning split; an asynchronous fleet's steps are polls,
+summed into a record every ``run.report_every_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from omegaconf import DictConfig
+
+
+class Periodic:
+    """Calls ``fn(record)`` each time ``record[key]`` passes another multiple of ``every``
+    (Sample Factory's periodic timers, on a counter). What ``fn`` returns is added to the
+    record, so an evaluation's results are written with it."""
+
+    def __init__(self, key: str, every: float, fn: Callable[[dict], dict | None]):
+        self.key, self.every, self.fn = key, every, fn
+        self.next_at = every
+
+    def __call__(self, record: dict) -> dict:
+        if record[self.key] < self.next_at:
+            return {}
+        self.next_at = (record[self.key] // self.every + 1) * self.every
+        return self.fn(record) or {}
+
+
+def stop_reason(cfg: DictConfig, counters: dict, window, started: float, signals) -> str | None:
+    if signals.requested is not None:
+        return "signal"
+    if counters["env_steps"] >= cfg.run.total_env_steps:
+        return "budget"
+    if cfg.run.max_wall_s is not None and time.perf_counter() - started >= cfg.run.max_wall_s:
+        return "wall"
+    if cfg.run.stop_at_return is not None and window.full and window.mean >= cfg.run.stop_at_return:
+        return "return"
+    return None
+
+
+class Interval:
+    """What happened since the last metrics record."""
+
+    def __init__(self) -> None:
+        self.steps = self.consumed = self.updates = self.fragments = 0
+        self.put_wait_s = self.batch_wait_s = self.train_s = 0.0
+        self.lag_max = 0.0
+        self.sums: dict[str, float] = {}
+        self.calls = 0
+        self.explore: dict[str, list[float]] = {}  # exploration settings, one per sampler report
+        self.collect_s_max = 0.0  # the slowest sampler's collection time
+
+    def add_sampler(self, r: dict) -> None:
+        for key, value in r.items():
+            if key.startswith("explore/"):
+                self.explore.setdefault(key, []).append(value)
+        self.steps += r["env_steps"]
+        self.fragments += r.get("fragments", 1)
+        self.collect_s_max = max(self.collect_s_max, r["collect_s"])
+        self.put_wait_s += r.get("put_wait_s", 0.0)
+
+    def add_learner(self, m: dict) -> None:
+        if not m["updates"]:
+            return
+        self.updates += m.pop("updates")
+        self.consumed += m.pop("env_steps_consumed")
+        self.batch_wait_s += m.pop("batch_wait_s")
+        self.train_s += m.pop("train_s", 0.0)
+        self.lag_max = max(self.lag_max, m.pop("policy_lag_max"))
+        for k, v in m.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.calls += 1
+
+    def learner_means(self) -> dict:
+        return {f"learn/{k}": v / self.calls for k, v in self.sums.items()} if self.calls else {}
+
+
+def run_loop(cfg: DictConfig, fleet, counters: dict, window, report: Callable[[dict], None],
+             hooks: list[Periodic], signals, start: tuple[float, int]) -> str:
+    """Step ``fleet`` until a stop condition; returns its name. Each record goes through the
+    ``hooks`` (evaluation, checkpoint), then to ``report`` (metrics sinks and progress line).
+    ``start`` is the run's (perf_counter, env steps) at its start, which a loop restarted
+    after a rebuild keeps for its wall budget and rates."""
+    started, steps_at_start = start
+    for key in ("env_steps_consumed", "updates", "dropped_fragments"):
+        counters.setdefault(key, 0)
+    fleet.start()
+    interval, last = Interval(), time.perf_counter()
+    rates: dict[str, float] = {}  # memory counters at the last record, for their rates
+
+    def flush(now: float, timing: dict | None) -> None:
+        nonlocal interval, last
+        counters["wall_s"] += now - last
+        counters["iterations"] += 1
+        counters["env_steps_consumed"] += interval.consumed
+        counters["updates"] += interval.updates
+        record = make_record(counters, window, interval, now - last, steps_at_start,
+                             now - started, fleet, timing, rates)
+        for hook in hooks:
+            record.update(hook(record))
+        report(record)
+        interval, last = Interval(), now
+
+    timing = None
+    while (reason := stop_reason(cfg, counters, window, started, signals)) is None:
+        step = fleet.step(counters["env_steps"])
+        for r in step.reports:
+            interval.add_sampler(r)
+            window.add(r["episode_returns"], r["episode_lengths"])
+            counters["episodes"] += len(r["episode_returns"])
+            counters["env_steps"] += r["env_steps"]
+            counters["dropped_fragments"] += r.get("dropped", 0)
+        for m in step.learned:
+            interval.add_learner(m)
+        timing = step.timing
+        now = time.perf_counter()
+        if timing is not None or now - last >= cfg.run.report_every_s:
+            flush(now, timing)
+    if timing is None:  # the last partial interval, so the file ends where the run did
+        flush(time.perf_counter(), None)
+    return reason
+
+
+# Replay-shard stats worth a metric each; counters among them also give a rate.
+_SHARD_KEYS = ("size", "fill", "mean_priority", "beta", "frames", "obs_bytes")
+_SHARD_RATES = {"inserted": "inserts_per_s", "sampled": "samples_per_s"}
+
+
+def make_record(counters, window, iv: Interval, dt: float, steps_at_start: int, elapsed: float,
+                fleet, timing: dict | None, rates: dict) -> dict:
+    """One metrics record: the run's counters, the interval's rates and the learners' mean
+    metrics; a synchronous iteration adds its collect/learn split, an asynchronous interval
+    its learners' load, policy lag and memories."""
+    record = {
+        "iteration": counters["iterations"], "env_steps": counters["env_steps"],
+        "episodes": counters["episodes"], "return": window.mean,
+        "episode_length": window.mean_length, "wall_s": counters["wall_s"],
+        "env_steps_per_s": iv.steps / dt,
+        "env_steps_per_s_avg": (counters["env_steps"] - steps_at_start) / elapsed,
+        **{f"faults/{k}": v for k, v in fleet.faults.items()},
+    }
+    learner = iv.learner_means()
+    if timing is not None:
+        collect_s, learn_s = timing["collect_s"], timing["learn_s"]
+        return {**record, "collect_s": collect_s, "learn_s": learn_s, "iter_s": dt,
+                "collect_share": collect_s / dt, "learn_share": learn_s / dt,
+                "sampler_collect_s_max": iv.collect_s_max,
+                **learner, "learn/policy_lag_max": iv.lag_max}
+    record.update({
+        "env_steps_consumed": counters["env_steps_consumed"], "updates": counters["updates"],
+        "consumed_per_s": iv.consumed / dt, "updates_per_s": iv.updates / dt,
+        "batch_wait_s": iv.batch_wait_s, "learner_busy": (iv.train_s - iv.batch_wait_s) / dt,
+        "sampler_put_wait_s": iv.put_wait_s, "fragments": iv.fragments,
+        "policy_lag_mean": learner.get("learn/policy_lag_mean", float("nan")),
+        "policy_lag_max": iv.lag_max, "dropped_fragments": counters["dropped_fragments"],
+        **learner,
+        **{key: sum(values) / len(values) for key, values in iv.explore.items()},
+    })
+    for k, m in enumerate(fleet.memory_stats()):
+        for key, value in m.items():
+            if key.endswith("_size") or key in _SHARD_KEYS:
+                record[f"memory/{k}/{key}"] = value
+            elif key in _SHARD_RATES:
+                name = f"memory/{k}/{key}"
+                record[f"memory/{k}/{_SHARD_RATES[key]}"] = (value - rates.get(name, 0)) / dt
+                rates[name] = value
+    return record
