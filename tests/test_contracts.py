@@ -1,4 +1,5 @@
-"""Every algorithm's update and every memory meet the contracts the runtime calls them by."""
+"""Every algorithm's update, acting policy and writer, and every memory, meet the contracts
+the runtime calls them by."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from walle_ray.algos import ALGORITHMS
 from walle_ray.buffers.mixed import BufferSpec, MixedMemory
 from walle_ray.buffers.prioritized import PrioritizedReplay
 from walle_ray.config import ConfigError
-from walle_ray.contracts import FeedbackMemory, Memory, Update
+from walle_ray.contracts import ActingPolicy, FeedbackMemory, Memory, Update, Writer
 from walle_ray.learners.collective import Collective
 
 from conftest import make_cfg
@@ -33,6 +34,20 @@ def test_every_algorithms_update_is_an_update(name):
         update = algo.make_update(cfg, model, Collective(), torch.device("cpu"))
         assert isinstance(update, Update)
         assert update.memory_feedback() is None  # nothing before the first update
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithms_sampler_acts_and_writes_by_the_contracts(name):
+    from walle_ray.topology import parse_topology
+
+    algo = ALGORITHMS[name]
+    cfg = make_cfg(f"algo={name}", "env=pendulum" if name in ("ddpg", "td3", "apex_ddpg") else "env=cartpole")
+    cls, args, kwargs = algo.sampler_spec(cfg, parse_topology("local"), 0)
+    sampler = cls(*args, **kwargs)
+    try:
+        assert isinstance(sampler.policy, ActingPolicy) and isinstance(sampler.writer, Writer)
+    finally:
+        sampler.close()
 
 
 def test_memories_are_memories_and_replay_shards_take_feedback():

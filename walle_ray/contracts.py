@@ -1,7 +1,7 @@
 """The contracts between roles, as Protocols: what the runtime calls on an algorithm's parts.
 
-A built-in part and a user's own meet the same contract; nothing here is imported by the
-parts themselves (they match structurally).
+A built-in part and a user's own meet the same contract; the parts need not import this
+module (they match structurally).
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ class Writer(Protocol):
 
     def slots(self, t: int) -> tuple[Any, Any, Any, Any]:
         """The arrays step t's env writes into: next observations [B, *obs_shape], rewards
-        [B] float32, terminated and truncated [B] bool. The writer may keep them (a
-        fragment's rows) or reuse them."""
+        [B] float32, terminated and truncated [B] bool. The next observations must be a new
+        array each step (they are what the next step acts on, and the writer may keep views
+        of them); the reward and flag arrays may be reused."""
 
     def add(self, t: int, obs: Any, action: Any, extras: Any, next_obs: Any, ended: Any) -> None:
         """Step t: what was acted on, the actions and the policy's extras, the next

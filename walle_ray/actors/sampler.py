@@ -4,14 +4,16 @@ every step to the writer its algorithm chose (``walle_ray/actors/writers.py``)."
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
 from walle_ray.config import EnvConfig
-from walle_ray.contracts import ActingPolicy, Writer
 from walle_ray.envs import make_vector_env
+
+if TYPE_CHECKING:
+    from walle_ray.contracts import ActingPolicy, Writer
 
 
 class Sampler:
@@ -53,22 +55,22 @@ class Sampler:
         t0 = time.perf_counter()
         B = self.env.num_envs
         act, step, writer = self.policy.act, self.env.step, self.writer
-        obs = self.obs
+        obs, steps = self.obs, self.total_steps
         writer.start(obs)
         returns, lengths = [], []
         for t in range(self.fragment_length):
             if t == ask_at:
                 ask()
-            action, extras = act(obs, self.total_steps)
+            action, extras = act(obs, steps)
             next_obs, reward, terminated, truncated = writer.slots(t)
             ended = step(action, next_obs, reward, terminated, truncated)
             writer.add(t, obs, action, extras, next_obs, ended)
             if ended is not None:
                 returns += ended.episode_returns
                 lengths += ended.episode_lengths
-            self.total_steps += B
+            steps += B
             obs = next_obs
-        self.obs = obs
+        self.obs, self.total_steps = obs, steps
         item, written = writer.finish(obs, self.version)
         stats = {"sampler": self.index, "env_steps": self.fragment_length * B,
                  "episode_returns": returns, "episode_lengths": lengths,

@@ -70,34 +70,36 @@ class ActorCriticActing:
     batched forward pass per step, an action sampled from the head (its mode when
     ``deterministic``). The extras are what ``FragmentWriter`` keeps of each step: the
     action, its log-probability and the head's parameters as tensors, and the value, or None
-    with a separate critic (the writer values those observations in one batch)."""
+    with a separate critic (the writer values those observations in one batch).
+
+    ``act`` runs inside the sampler's ``torch.inference_mode`` (``Sampler.collect``); it is
+    called once per env step, so it looks nothing up that it can keep."""
 
     def __init__(self, obs_space, action_space, cfg, deterministic: bool = False):
+        import torch
+
         self.model = actor_critic_model(obs_space, action_space, cfg)
         self.model.eval()
         self.separate = self.model.separate_critic
         self.deterministic = deterministic
+        self._tensor = torch.from_numpy
+        self._head_act = self.model.head.act
 
     def set_weights(self, weights) -> None:
         self.model.set_weights(weights)
 
     def act(self, obs, env_steps: int = 0):
-        import torch
-
-        with torch.inference_mode():
-            if self.separate:
-                params, value = self.model.policy(torch.from_numpy(obs)), None
-            else:
-                params, value = self.model(torch.from_numpy(obs))
-            action, logp = self.model.head.act(params, self.deterministic)
+        x = self._tensor(obs)
+        if self.separate:
+            params, value = self.model.policy(x), None
+        else:
+            params, value = self.model(x)
+        action, logp = self._head_act(params, self.deterministic)
         return action.numpy(), (action, logp, params, value)
 
     def value(self, obs):
-        """State values of ``obs`` [N, *obs_shape] as numpy."""
-        import torch
-
-        with torch.inference_mode():
-            return self.model.value(torch.from_numpy(obs)).numpy()
+        """State values of ``obs`` [N, *obs_shape] as numpy (under the caller's inference mode)."""
+        return self.model.value(self._tensor(obs)).numpy()
 
     def stats(self) -> dict[str, float]:
         return {}
@@ -111,7 +113,10 @@ class ActorCriticPolicy(ActorCriticActing):
         super().__init__(obs_space, action_space, cfg, deterministic)
 
     def act(self, obs):
-        return super().act(obs)[0]
+        import torch
+
+        with torch.inference_mode():
+            return super().act(obs)[0]
 
 
 def _actor_critic_acting(cfg, obs_space, action_space, index: int, seed: int) -> ActorCriticActing:
@@ -147,13 +152,13 @@ def fragment_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
     from walle_ray.algos import algorithm_for
 
     algo = algorithm_for(cfg.algo)
-    sections = typed_sections(cfg)
+    sections = role_sections(cfg)
     return Sampler, fragment_sampler_args(sections.env, sections.model, algo.fragment_length(cfg, topo),
                                           cfg.algo.gamma, i, cfg.run.seed,
                                           not algo.learner_bootstraps), {}
 
 
-def typed_sections(cfg) -> SimpleNamespace:
+def role_sections(cfg) -> SimpleNamespace:
     """The env, model and algo sections as plain dataclasses, for roles built in other
     processes: a config node would pickle the whole config tree with it."""
     from omegaconf import OmegaConf

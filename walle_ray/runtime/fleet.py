@@ -72,6 +72,11 @@ def memory_spec(cfg: DictConfig, topo: Topology, k: int) -> tuple[type, tuple, d
     return FIFOMemory, (2 * max(1, topo.samplers),), {}
 
 
+def new_faults() -> dict:
+    """The fault counters every fleet reports as ``faults/<key>``."""
+    return {"sampler_restarts": 0, "lost_fragments": 0}
+
+
 def count_faults(faults: dict, stats: dict) -> None:
     """Add a sampler report's fault counts (fragments lost to env failures) to ``faults``."""
     for key in faults:
@@ -96,7 +101,7 @@ class LocalFleet:
         self.topo = topo
         self.samplers = [RestartingSampler(*algo.sampler_spec(cfg, topo, i))
                          for i in range(topo.samplers)]
-        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
+        self.faults = new_faults()
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
         self.memories = [cls(*args, **kwargs) for cls, args, kwargs in
@@ -158,8 +163,7 @@ class LocalFleet:
             updates += 1
             if self.learner.version % self.publish_every == 0:
                 self.publish()
-            metrics.update(updates=1, env_steps_consumed=batch.num_steps, batch_wait_s=0.0)
-            yield metrics
+            yield timed_update(metrics, batch.num_steps, 0.0)
 
     def learner_state(self) -> dict:
         return self.learner.state_dict()
@@ -228,7 +232,7 @@ class RayFleet:
     of the calls that ended.
     """
 
-    MAX_DEATHS = 3  # deaths of one sampler in a row, with no fragment between, fail the run
+    MAX_DEATHS = 3  # more deaths of one sampler in a row, with no report between, fail the run
 
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
@@ -239,7 +243,7 @@ class RayFleet:
         self.ray = ray
         self.cfg, self.topo, self.plan, self.timeout_s = cfg, topo, plan, timeout_s
         self.sync = algorithm_for(cfg.algo).loop == "sync"
-        self.faults = {"sampler_restarts": 0, "lost_fragments": 0}
+        self.faults = new_faults()
         self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
@@ -247,13 +251,14 @@ class RayFleet:
         for k in range(topo.memories):
             cls, args, kwargs = memory_spec(cfg, topo, k)
             options = dict(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus)
-            # A synchronous iteration's FIFO moves fragment refs; an asynchronous memory waits
-            # for room and for batches (the back-pressure, runtime/memory_worker.py).
-            self.memories.append(remote.RemoteMemory.options(**options).remote(*args, **kwargs)
+            # A synchronous iteration's memory moves fragment refs (take); an asynchronous one
+            # waits for room and for batches (the back-pressure, runtime/memory_worker.py).
+            self.memories.append(ray.remote(cls).options(**options).remote(*args, **kwargs)
                                  if self.sync else
                                  remote.RemoteAsyncMemory.options(**options).remote(cls, *args, **kwargs))
         pin = pins_samplers(cfg, topo, plan.cluster_cpus)
-        self.samplers = [self._make_sampler(i, pin, remote) for i in range(topo.samplers)]
+        runtime_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
+        self.samplers = [self._make_sampler(i, pin, runtime_env, remote) for i in range(topo.samplers)]
         if not self.sync:
             self._get([lr.attach.remote([self.memories[k] for k in topo.memories_of_learner(j)],
                                         self.ps, j == 0, cfg.algo.prefetch, cfg.algo.publish_every)
@@ -262,7 +267,7 @@ class RayFleet:
         self.restarting: dict[int, float] = {}  # sampler index -> when to ask whether it is back
         self.deaths = [0] * topo.samplers  # deaths of each sampler since its last report
 
-    def _make_sampler(self, i: int, pin: bool, remote):
+    def _make_sampler(self, i: int, pin: bool, runtime_env, remote):
         """Sampler actor i, pulling weights from the parameter server (or learner 0), and, for
         an asynchronous algorithm, pushing into its memory. Roles are passed by name: an
         actor handle among the constructor arguments would tie Ray's restart of the sampler
@@ -272,7 +277,7 @@ class RayFleet:
         memory = None if self.sync else f"walle/memory-{self.topo.memory_of_sampler(i)}"
         return remote.RemoteSampler.options(
             name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
-            runtime_env=role_runtime_env(self.cfg.run.ray_preload), max_restarts=-1,
+            runtime_env=runtime_env, max_restarts=-1,
             max_task_retries=0).remote(source, *args, memory=memory, sampler_cls=cls,
                                        pin=i if pin else None, **kwargs)
 

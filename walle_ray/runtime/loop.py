@@ -1,5 +1,6 @@
-"""The driver loop, one for every algorithm: step the fleet, keep the counters, and run the
-periodic hooks (a metrics record, evaluation, a checkpoint) when their interval comes.
+"""The driver loop, one for every algorithm: step the fleet, keep the counters, make a
+metrics record, and pass it through the periodic hooks (evaluation, the report to the sinks
+and the progress line, a checkpoint), each of which acts when its interval comes.
 
 A synchronous fleet's step is one iteration (collect, then learn) and gets a record of its
 own, with WALL-E's collection vs learning split; an asynchronous fleet's steps are polls,
@@ -19,9 +20,12 @@ class Periodic:
     (Sample Factory's periodic timers, on a counter). What ``fn`` returns is added to the
     record, so an evaluation's results are written with it."""
 
-    def __init__(self, key: str, every: float, fn: Callable[[dict], dict | None]):
+    def __init__(self, key: str, every: float, fn: Callable[[dict], dict | None],
+                 start: float = 0):
+        """``start``: the counter's value now (a resumed run's), so the first call comes at
+        the next multiple of ``every`` after it."""
         self.key, self.every, self.fn = key, every, fn
-        self.next_at = every
+        self.next_at = (start // every + 1) * every
 
     def __call__(self, record: dict) -> dict:
         if record[self.key] < self.next_at:
@@ -72,19 +76,21 @@ class Interval:
         self.train_s += m.pop("train_s", 0.0)
         self.lag_max = max(self.lag_max, m.pop("policy_lag_max"))
         for k, v in m.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v
+            self.sums[k] = self.sums.get(k, 0) + v
         self.calls += 1
 
     def learner_means(self) -> dict:
-        return {f"learn/{k}": v / self.calls for k, v in self.sums.items()} if self.calls else {}
+        """The mean of each learner metric over the calls (one call: its values as given)."""
+        return {f"learn/{k}": v if self.calls == 1 else v / self.calls
+                for k, v in self.sums.items()}
 
 
-def run_loop(cfg: DictConfig, fleet, counters: dict, window, report: Callable[[dict], None],
-             hooks: list[Periodic], signals, start: tuple[float, int]) -> str:
+def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodic], signals,
+             start: tuple[float, int]) -> str:
     """Step ``fleet`` until a stop condition; returns its name. Each record goes through the
-    ``hooks`` (evaluation, checkpoint), then to ``report`` (metrics sinks and progress line).
-    ``start`` is the run's (perf_counter, env steps) at its start, which a loop restarted
-    after a rebuild keeps for its wall budget and rates."""
+    ``hooks`` in order (evaluation adds its keys, the report writes the record, then the
+    checkpoint). ``start`` is the run's (perf_counter, env steps) at its start, which a loop
+    restarted after a rebuild keeps for its wall budget and rates."""
     started, steps_at_start = start
     for key in ("env_steps_consumed", "updates", "dropped_fragments"):
         counters.setdefault(key, 0)
@@ -94,16 +100,18 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, report: Callable[[d
 
     def flush(now: float, timing: dict | None) -> None:
         nonlocal interval, last
-        counters["wall_s"] += now - last
+        # A synchronous iteration is timed from its collection to its new weights, without
+        # the hooks of the record before it (WALL-E's split adds up).
+        dt = timing["collect_s"] + timing["learn_s"] if timing else now - last
+        counters["wall_s"] += dt
         counters["iterations"] += 1
         counters["env_steps_consumed"] += interval.consumed
         counters["updates"] += interval.updates
-        record = make_record(counters, window, interval, now - last, steps_at_start,
-                             now - started, fleet, timing, rates)
+        record = make_record(counters, window, interval, dt, steps_at_start, now - started,
+                             fleet, timing, rates)
         for hook in hooks:
             record.update(hook(record))
-        report(record)
-        interval, last = Interval(), now
+        interval, last = Interval(), time.perf_counter()
 
     timing = None
     while (reason := stop_reason(cfg, counters, window, started, signals)) is None:
@@ -120,7 +128,7 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, report: Callable[[d
         now = time.perf_counter()
         if timing is not None or now - last >= cfg.run.report_every_s:
             flush(now, timing)
-    if timing is None:  # the last partial interval, so the file ends where the run did
+    if not fleet.sync:  # the last partial interval, so the file ends where the run did
         flush(time.perf_counter(), None)
     return reason
 

@@ -16,7 +16,6 @@ import torch
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
 from walle_ray.actors.sampler import Sampler
-from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.runtime.memory_worker import AsyncMemoryWorker
 from walle_ray.learners import Learner
 
@@ -270,6 +269,5 @@ RemoteSampler = ray.remote(SamplerWorker)
 RemoteLearner = ray.remote(concurrency_groups={"weights": 1})(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.
-RemoteMemory = ray.remote(FIFOMemory)
 RemoteAsyncMemory = ray.remote(AsyncMemoryWorker)
 RemoteParameterServer = ray.remote(ParameterServer)

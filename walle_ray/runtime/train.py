@@ -206,11 +206,14 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
                 metrics.write(record)
                 progress.update(record)
 
-            hooks = [Periodic("env_steps", cfg.eval.every_env_steps, evaluation)] if evaluation else []
-            hooks.append(Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint()))
+            hooks = [Periodic("env_steps", cfg.eval.every_env_steps, evaluation,
+                              counters["env_steps"])] if evaluation else []
+            hooks += [Periodic("iteration", 1, report, counters["iterations"]),
+                      Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint(),
+                               counters["iterations"])]
             while True:
                 try:
-                    stopped_by = run_loop(cfg, fleet, counters, window, report, hooks, signals, start)
+                    stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start)
                     break
                 except RoleDied as failure:
                     if counters.get("restarts", 0) >= cfg.run.max_restarts:

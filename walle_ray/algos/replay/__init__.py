@@ -78,10 +78,10 @@ def replay_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
     """Sampler i of a replay-based algorithm (``replay_sampler_args``)."""
     from walle_ray.actors.sampler import Sampler
     from walle_ray.algos import algorithm_for
-    from walle_ray.algos.spec import typed_sections
+    from walle_ray.algos.spec import role_sections
 
     algo = algorithm_for(cfg.algo)
-    s = typed_sections(cfg)
+    s = role_sections(cfg)
     return Sampler, replay_sampler_args(s.env, s.model, s.algo, algo.explorer,
                                         algo.fragment_length(cfg, topo), i, topo.samplers,
                                         cfg.run.seed), {}
