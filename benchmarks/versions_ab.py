@@ -13,6 +13,10 @@ the Ray workers it starts) on three workloads:
   ``impala_pong_throughput.py`` measures it;
 - ``apex_cartpole``: env steps/s and updates/s of Ape-X DQN on CartPole, ``2a2m1l``, the same way.
 
+``--samplers-only`` measures instead one sampler in a plain process (``sampler_rate.py``),
+the hot path alone, for Ape-X CartPole (n-step transitions), PPO CartPole and IMPALA Pong
+42x42 (fragments).
+
 Writes benchmarks/results/versions_ab.json (or ``--name``) with every run and the medians per
 version. The machine drifts over minutes, so only alternated figures compare.
 """
@@ -65,6 +69,22 @@ def workloads(seed: int, seconds: float) -> dict:
     }
 
 
+SAMPLERS = {"sampler_apex_cartpole": ["algo=apex", "env=cartpole"],
+            "sampler_ppo_cartpole": ["algo=ppo", "env=cartpole"],
+            "sampler_impala_pong": ["algo=impala", "env=pong", "env.obs_size=42"]}
+
+
+def sampler_rate(tree: Path, overrides: list[str]) -> dict:
+    """``sampler_rate.py`` (this version's script) run on the code in ``tree``."""
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "sampler_rate.py"), *overrides]
+    print(f"$ ({tree.name}) {' '.join(cmd[1:])}", flush=True)
+    out = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def figures(name: str, records: list[dict]) -> dict:
     if name.startswith("ppo"):
         hit = first_solved(records)
@@ -81,6 +101,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=45.0)
     p.add_argument("--name", default="versions_ab")
+    p.add_argument("--samplers-only", action="store_true")
     args = p.parse_args()
     base = Path(tempfile.mkdtemp(prefix="walle_ab_")) / "baseline"
     subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=ROOT,
@@ -91,29 +112,45 @@ def main() -> None:
     runs = []
     try:
         for r in range(args.rounds):
-            for name, cli in workloads(r, args.seconds).items():
+            loads = SAMPLERS if args.samplers_only else workloads(r, args.seconds)
+            for name, cli in loads.items():
                 for version, tree in trees.items():
-                    run_dir = Path(tempfile.gettempdir()) / f"walle_ab_{version}_{name}"
                     t0 = time.perf_counter()
-                    records = run(tree, cli, run_dir, timeout_s=args.seconds + 600)
+                    if args.samplers_only:
+                        got = sampler_rate(tree, cli)
+                    else:
+                        run_dir = Path(tempfile.gettempdir()) / f"walle_ab_{version}_{name}"
+                        got = figures(name, run(tree, cli, run_dir, timeout_s=args.seconds + 600))
                     runs.append({"round": r, "workload": name, "version": version,
-                                 "process_wall_s": time.perf_counter() - t0,
-                                 **figures(name, records)})
+                                 "process_wall_s": time.perf_counter() - t0, **got})
                     print(runs[-1], flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
     medians = {}
-    for name in workloads(0, args.seconds):
+    for name in (SAMPLERS if args.samplers_only else workloads(0, args.seconds)):
         for version in trees:
             mine = [x for x in runs if x["workload"] == name and x["version"] == version]
             keys = [k for k in mine[0] if k not in ("round", "workload", "version")]
             medians.setdefault(name, {})[version] = {
                 k: statistics.median(v) if (v := [x[k] for x in mine if x[k] is not None]) else None
                 for k in keys}
+    # Per round, current over baseline: the machine's drift cancels within a round.
+    ratios = {}
+    for name in medians:
+        for key in ("env_steps_per_s", "env_steps_consumed_per_s", "train_wall_s"):
+            pairs = [(b[key], c[key]) for r in range(args.rounds)
+                     for b in runs if b["round"] == r and b["workload"] == name
+                     and b["version"] == "baseline" and b.get(key)
+                     for c in runs if c["round"] == r and c["workload"] == name
+                     and c["version"] == "current" and c.get(key)]
+            if pairs:
+                ratios.setdefault(name, {})[key] = statistics.median(c / b for b, c in pairs)
     write_result(args.name, {
         "command": f"python benchmarks/versions_ab.py --baseline {args.baseline} "
-                   f"--rounds {args.rounds} --seconds {args.seconds:g}",
-        "baseline_commit": baseline, "medians": medians, "runs": runs})
+                   f"--rounds {args.rounds} --seconds {args.seconds:g}"
+                   + (f" --samplers-only --name {args.name}" if args.samplers_only else ""),
+        "baseline_commit": baseline, "medians": medians,
+        "median_ratio_current_to_baseline": ratios, "runs": runs})
 
 
 if __name__ == "__main__":
