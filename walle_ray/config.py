@@ -51,6 +51,11 @@ class EnvConfig:
     normalize_obs: bool = False  # running mean/std observation normalisation in the model
     normalize_reward: bool = False  # scale rewards by the std of the discounted return
     kwargs: Any = field(default_factory=dict)  # extra keyword arguments for gymnasium.make
+    # Your own envs (docs in the README, "Your own environment"): modules every process
+    # imports before it makes envs, e.g. [my_pkg.envs]; gymnasium's 'my_pkg.envs:Corridor-v0'
+    # in env.id does the same for one module.
+    imports: list = field(default_factory=list)
+    entry_point: Optional[str] = None  # 'my_pkg.envs:Corridor': made with env.kwargs, no registration
     # Atari only (ale_py.AtariVectorEnv)
     obs_size: int = 84  # square frame size: 84 (Nature DQN) or 42 (EasyRL)
     frame_stack: int = 4  # frames stacked per observation

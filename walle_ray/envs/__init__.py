@@ -9,6 +9,7 @@ import gymnasium as gym
 from walle_ray.config import ConfigError, EnvConfig
 from walle_ray.envs.base import Ended, VectorEnv
 from walle_ray.envs.testing import register_test_envs
+from walle_ray.envs.user import prepare
 
 __all__ = ["Ended", "VectorEnv", "check_env_id", "env_spaces", "make_vector_env"]
 
@@ -37,24 +38,27 @@ def check_env_id(env_id: str) -> None:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ConfigError(
             f"env.id: unknown environment id {env_id!r}{hint} (any registered gymnasium id "
-            "works, e.g. env.id=Acrobot-v1, or pick env=cartpole|halfcheetah|hopper|pong)")
+            "works, e.g. env.id=Acrobot-v1; your own: env.id=my_pkg.envs:MyEnv-v0, "
+            "env.imports=[my_pkg.envs] or env.entry_point=my_pkg.envs:MyEnv)")
 
 
 def make_vector_env(cfg: EnvConfig, num_envs: int | None = None) -> VectorEnv:
-    """Build the vector env of one sampler from the env config."""
+    """Build the vector env of one sampler from the env config, after importing the user's
+    env modules (``walle_ray/envs/user.py``) in this process."""
     num_envs = num_envs or cfg.envs_per_sampler
-    check_env_id(cfg.id)
-    if is_atari(cfg.id):
+    env_id = prepare(cfg)
+    check_env_id(env_id)
+    if is_atari(env_id):
         from walle_ray.envs.atari import AtariEnv
 
-        return AtariEnv(cfg.id, num_envs, obs_size=cfg.obs_size, frame_stack=cfg.frame_stack,
+        return AtariEnv(env_id, num_envs, obs_size=cfg.obs_size, frame_stack=cfg.frame_stack,
                         frame_skip=cfg.frame_skip, episodic_life=cfg.episodic_life,
                         repeat_action_probability=cfg.repeat_action_probability,
                         noop_max=cfg.noop_max, clip_rewards=cfg.clip_rewards,
                         max_episode_steps=cfg.max_episode_steps, threads=cfg.env_threads)
     from walle_ray.envs.gym_vector import GymVectorEnv
 
-    return GymVectorEnv(cfg.id, num_envs, cfg.max_episode_steps, dict(cfg.kwargs or {}))
+    return GymVectorEnv(env_id, num_envs, cfg.max_episode_steps, dict(cfg.kwargs or {}))
 
 
 def env_spaces(cfg: EnvConfig) -> tuple[gym.Space, gym.Space]:
