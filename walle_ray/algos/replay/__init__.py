@@ -104,17 +104,15 @@ def replay_memory_spec(cfg, k: int) -> tuple[type, tuple, dict]:
 PAST_SCHEDULES = 2**62
 
 
-class ExplorerPolicy:
+class ExplorerPolicy(ExplorerActing):
     """Evaluation for a replay algorithm: acts with its explorer, the class its samplers
     act with; greedy when deterministic, else with the exploration noise the
     run ends with. An algorithm names ``functools.partial(ExplorerPolicy, its_explorer)``."""
 
     def __init__(self, explorer_cls: type, obs_space, action_space, cfg, seed: int,
                  deterministic: bool):
-        self.explorer = explorer_cls(obs_space, action_space, cfg, 0, 1, seed, greedy=deterministic)
-
-    def set_weights(self, weights) -> None:
-        self.explorer.set_weights(weights)
+        super().__init__(explorer_cls(obs_space, action_space, cfg, 0, 1, seed,
+                                      greedy=deterministic))
 
     def act(self, obs):
         return self.explorer.act(obs, PAST_SCHEDULES)
