@@ -43,7 +43,7 @@ from omegaconf import OmegaConf
 from common import write_result
 from sampling_overhead import (GAMMA, TARGET_OVERHEAD, Sink, bare_loop, default_length,
                                load_env_cfg, policy)
-from walle_ray.__main__ import CONF_DIR
+from walle_ray.config import CONF_DIR
 from walle_ray.algos import algorithm_for
 from walle_ray.config import ModelConfig, TopologyConfig, register_configs
 from walle_ray.envs import env_spaces

@@ -23,7 +23,7 @@ def main() -> None:
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
 
-    from walle_ray.__main__ import CONF_DIR
+    from walle_ray.config import CONF_DIR
     from walle_ray.algos import algorithm_for
     from walle_ray.config import register_configs
     from walle_ray.envs import env_spaces

@@ -3,7 +3,7 @@
     python benchmarks/sampling_overhead.py [--env cartpole|halfcheetah|pong]
                                            [--fragment-length L] [--rounds N] [--repeats 5]
 
-Nine ways to collect with the same envs (``conf/env/<env>.yaml``: its id and
+Nine ways to collect with the same envs (``walle_ray/conf/env/<env>.yaml``: its id and
 ``envs_per_sampler``) and the same policy (one ``make_actor_critic`` model, one torch thread,
 sampled actions with their log-probabilities; the critic is not run to act, so the bare
 loop never runs it, and the sampler's one batched value pass per fragment counts as its
@@ -107,7 +107,7 @@ def default_length(env: str) -> int:
 def load_env_cfg(name: str) -> DictConfig:
     """The env group option ``env=<name>`` as the CLI would compose it."""
     return OmegaConf.merge(OmegaConf.structured(EnvConfig),
-                           OmegaConf.load(ROOT / "conf" / "env" / f"{name}.yaml"))
+                           OmegaConf.load(ROOT / "walle_ray" / "conf" / "env" / f"{name}.yaml"))
 
 
 class BareLoop:
@@ -417,7 +417,7 @@ def fragment_split(rates: dict[str, list[float]], in_collect: dict[str, list[flo
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", choices=("cartpole", "halfcheetah", "pong"), default="cartpole",
-                   help="env group option from conf/env")
+                   help="env group option from walle_ray/conf/env")
     p.add_argument("--fragment-length", type=int, default=None,
                    help="steps per env per fragment (default 128, CartPole's preset with 2 "
                         "samplers; 20 for Pong, preset=impala_pong's unrolls)")

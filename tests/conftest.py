@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from walle_ray.__main__ import CONF_DIR
+from walle_ray.config import CONF_DIR
 from walle_ray.config import register_configs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,8 +2,8 @@
 run makes before it starts, and builds the roles it names as ``topology=local`` builds them:
 one sampler fragment (or enough to fill a memory), one learner update, one evaluation action.
 
-The cases come from the files under conf/ when the tests are collected: a new algorithm
-folder with its conf/algo YAML (and any conf/preset/<algo>_<env>.yaml) is tested here
+The cases come from the files under walle_ray/conf/ when the tests are collected: a new algorithm
+folder with its walle_ray/conf/algo YAML (and any walle_ray/conf/preset/<algo>_<env>.yaml) is tested here
 without editing this file. The checks run on the config as composed, so a preset as shipped
 must pass them; only then are sizes shrunk and the env swapped for a small stand-in with the
 same kind of spaces (walle_ray/envs/testing.py), to keep each case to about a second.
@@ -29,7 +29,7 @@ from walle_ray.topology import parse_topology
 
 from conftest import ROOT, make_cfg
 
-CONF = ROOT / "conf"
+CONF = ROOT / "walle_ray" / "conf"
 ALGO_OPTIONS = sorted(p.stem for p in (CONF / "algo").glob("*.yaml"))
 ENV_OPTIONS = sorted(p.stem for p in (CONF / "env").glob("*.yaml"))
 PRESETS = sorted(p.stem for p in (CONF / "preset").glob("*.yaml"))

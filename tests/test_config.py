@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from walle_ray.config import ConfigError, validate
 from walle_ray.runtime.args import rewrite_args
-from walle_ray.__main__ import CONF_DIR
+from walle_ray.config import CONF_DIR
 
 from conftest import make_cfg
 

@@ -24,7 +24,7 @@ def test_injected_sampler_faults_cost_a_fragment_each_and_the_run_finishes(tmp_p
     # Long enough that the last fault (in a restarted process) is seen before the budget ends.
     extra = (["algo.batch_size=512", "algo.epochs=1", "run.total_env_steps=12000"] if algo == "ppo"
              else ["run.report_every_s=1", "run.total_env_steps=60000"])
-    out = run_cli(f"algo={algo}", "topology=2a1m1l", "env.id=walle/Faulty-v0",
+    out = run_cli(f"algo={algo}", "topology=2a1m1l", "env=cartpole", "env.id=walle/Faulty-v0",
                   f"+env.kwargs={{faults: {FAULTS}, how: {how}}}",
                   "run.stop_at_return=null", "logger.progress=line", f"hydra.run.dir={run_dir}",
                   *extra, timeout=240).stdout
@@ -37,9 +37,9 @@ def test_injected_sampler_faults_cost_a_fragment_each_and_the_run_finishes(tmp_p
 
 def test_a_sampler_that_always_fails_stops_the_run_with_a_message(tmp_path):
     faults = [[0, step] for step in range(1, 400)]  # every step of sampler 0, even after restarts
-    proc = run_cli("topology=local", "env.id=walle/Faulty-v0", f"+env.kwargs={{faults: {faults}}}",
-                   "run.total_env_steps=4096", f"hydra.run.dir={tmp_path / 'run'}", check=False,
-                   timeout=120)
+    proc = run_cli("topology=local", "env=cartpole", "env.id=walle/Faulty-v0",
+                   f"+env.kwargs={{faults: {faults}}}", "run.total_env_steps=4096",
+                   f"hydra.run.dir={tmp_path / 'run'}", check=False, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "env failed 3 times in a row" in proc.stderr and "Traceback" not in proc.stderr
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()

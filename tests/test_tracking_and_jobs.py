@@ -23,9 +23,9 @@ import yaml
 from conftest import ROOT, make_cfg, run_cli
 from walle_ray.config import validate
 from walle_ray.runtime.args import rewrite_args
-from walle_ray.__main__ import CONF_DIR
+from walle_ray.config import CONF_DIR
 
-SWEEPS = sorted((ROOT / "conf" / "sweep").glob("*.yaml"))
+SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
 
 
 def wandb_history_keys(run_file: Path) -> tuple[int, set[str]]:
@@ -64,8 +64,8 @@ def test_wandb_offline_run_holds_the_metrics(tmp_path):
     run_files = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(run_files) == 1
     rows, keys = wandb_history_keys(run_files[0])
-    assert rows == 3
-    assert {"return", "env_steps_per_s", "env_steps", "learn/policy_loss"} <= keys
+    assert rows == 4  # three records, then the timing figure at the end
+    assert {"return", "env_steps_per_s", "env_steps", "learn/policy_loss", "timing/path"} <= keys
 
 
 def test_wandb_mode_follows_the_key(monkeypatch, tmp_path):
@@ -128,10 +128,11 @@ def _ray_cli(*args: str, env: dict, timeout: float = 120) -> subprocess.Complete
                           timeout=timeout)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A real one-node cluster on loopback (``ray start --head --block``) in its own process
-    group, so stopping it leaves any other Ray instance on the machine alone."""
+    group, so stopping it leaves any other Ray instance on the machine alone; the jobs of
+    this module share it."""
     # Every port given, so a Ray instance the test session already runs keeps its defaults.
     ports = {name: _free_port() for name in ("port", "dashboard", "metrics", "agent_http",
                                              "agent_grpc", "runtime_env_agent", "client")}
@@ -221,6 +222,45 @@ def test_job_submit_runs_on_the_existing_cluster(ray_cluster, tmp_path):
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "checkpoints" / "last.pt").is_file()
 
 
+def _wait_for_job(dashboard: str, job_id: str, env: dict, timeout: float = 240) -> str:
+    """The job's final status line, lower-cased."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = _ray_cli("job", "status", "--address", dashboard, job_id, env=env).stdout.lower()
+        if any(f"' {word}" in status for word in ("succeeded", "failed", "stopped")):
+            return status
+        time.sleep(2)
+    return status
+
+
+def test_a_users_env_and_network_travel_with_the_working_dir(ray_cluster, tmp_path):
+    """A user's project (its own package, not on any PYTHONPATH of the cluster) submitted with
+    ``--working-dir .``: every sampler and learner imports the env and the network from it."""
+    env, ports = ray_cluster
+    dashboard = f"http://127.0.0.1:{ports['dashboard']}"
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "my_pkg", project / "my_pkg",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    runs = tmp_path / "runs"
+    job_id = f"walle-user-{secrets.token_hex(4)}"
+    runtime_env = json.dumps({"env_vars": {"WALLE_RUNS_DIR": str(runs)}})
+    submit = subprocess.run(
+        [str(Path(sys.executable).with_name("ray")), "job", "submit", "--address", dashboard,
+         "--no-wait", "--submission-id", job_id, "--working-dir", ".", "--runtime-env-json",
+         runtime_env, "--", "python", "-m", "walle_ray", "env.id=my_pkg.envs:Corridor-v0",
+         "model._target_=my_pkg.nets:MyActorCritic", "topology=2a1m1l",
+         "algo.batch_size=256", "algo.minibatch_size=64", "run.total_env_steps=1500"],
+        env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=project,
+        capture_output=True, text=True, timeout=120)
+    assert submit.returncode == 0, submit.stdout[-2000:] + submit.stderr[-2000:]
+    status = _wait_for_job(dashboard, job_id, env)
+    logs = _ray_cli("job", "logs", "--address", dashboard, job_id, env=env).stdout
+    assert "' succeeded" in status, status + logs[-3000:]
+    assert "ppo corridor 2a1m1l" in logs and "stopped (budget)" in logs, logs[-3000:]
+    [run_dir] = list(runs.iterdir())
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+
+
 def test_training_evaluates_greedily_every_n_env_steps(tmp_path):
     run_dir = tmp_path / "run"
     run_cli("topology=local", "run.total_env_steps=3072", "algo.batch_size=512", "algo.epochs=1",
@@ -230,3 +270,22 @@ def test_training_evaluates_greedily_every_n_env_steps(tmp_path):
     evaluated = [r["env_steps"] for r in records if "eval/return" in r]
     assert evaluated == [1024, 2048, 3072]
     assert all(r["eval/return"] > 0 for r in records if "eval/return" in r)
+
+
+def test_wandb_offline_run_holds_eval_videos_and_the_timing_figure(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {"WANDB_MODE": "offline", "WANDB_API_KEY": "", "WANDB_SILENT": "true"}
+    run_cli("topology=local", "logger=wandb", "run.total_env_steps=2048", "algo.batch_size=512",
+            "algo.epochs=1", "eval.every_env_steps=1024", "eval.episodes=1", "eval.video=true",
+            "run.stop_at_return=null", "logger.progress=off", f"hydra.run.dir={run_dir}", env=env)
+    kept = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "videos").rglob("*.mp4"))
+    assert kept == ["videos/1024/episode-000.mp4", "videos/2048/episode-000.mp4"]
+    assert (run_dir / "timing.png").stat().st_size > 0
+    [offline] = list((run_dir / "wandb").glob("offline-run-*"))
+    media = offline / "files" / "media"
+    logged = sorted(p.read_bytes() for p in (media / "videos" / "eval").glob("video_*.mp4"))
+    assert logged == sorted((run_dir / p).read_bytes() for p in kept)
+    [image] = list((media / "images").glob("timing_*.png"))
+    assert image.read_bytes() == (run_dir / "timing.png").read_bytes()
+    _, keys = wandb_history_keys(next(offline.glob("run-*.wandb")))
+    assert {"eval/video/videos", "timing/path", "eval/return", "return"} <= keys  # media: nested

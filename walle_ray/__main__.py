@@ -9,10 +9,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from walle_ray.config import ConfigError, register_configs
-from walle_ray.runtime.args import rewrite_args
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from walle_ray.config import CONF_DIR, ConfigError, register_configs
+from walle_ray.runtime.args import announce_preset, rewrite_args, user_config_dirs
 
 
 def _task(cfg: DictConfig) -> None:
@@ -28,11 +26,13 @@ def _task(cfg: DictConfig) -> None:
             evaluate(cfg)
             return
         hydra_cfg = HydraConfig.get()
-        preset = hydra_cfg.runtime.choices.get("preset")
-        if preset and (CONF_DIR / "preset" / f"{preset}.yaml").is_file():
-            print(f"walle_ray: tuned settings from conf/preset/{preset}.yaml apply "
-                  "(~preset runs without them)", flush=True)
-        result = train(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
+        dirs = [Path(s.path) for s in hydra_cfg.runtime.config_sources if s.schema == "file"]
+        announce_preset(hydra_cfg.runtime.choices.get("preset"), dirs)
+        stored = list(hydra_cfg.overrides.task)  # for run.resume, with the user's config dirs
+        users = [d.resolve() for d in dirs if d.resolve() != CONF_DIR]
+        if users:
+            stored.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in users) + "]")
+        result = train(cfg, Path(hydra_cfg.runtime.output_dir), stored)
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
@@ -42,10 +42,14 @@ def _task(cfg: DictConfig) -> None:
 
 def main() -> None:
     if not (CONF_DIR / "config.yaml").is_file():
-        sys.exit(f"walle_ray: error: no configs at {CONF_DIR}; install with `pip install -e .` "
-                 "from a checkout so conf/ sits beside the package")
+        sys.exit(f"walle_ray: error: no configs at {CONF_DIR}; the package is incomplete, "
+                 "reinstall it")
+    args = sys.argv[1:]
     try:
-        sys.argv = [sys.argv[0], *rewrite_args(sys.argv[1:], CONF_DIR)]
+        for folder in user_config_dirs(args):
+            if not folder.is_dir():
+                raise ConfigError(f"--config-dir: {folder} is not a directory")
+        sys.argv = [sys.argv[0], *rewrite_args(args, [CONF_DIR, *user_config_dirs(args)])]
     except ConfigError as exc:
         sys.exit(f"walle_ray: error: {exc}")
     register_configs()

@@ -15,12 +15,14 @@ class Rollout:
     """
 
     obs_t: np.ndarray  # [T, B, *obs_shape] observation acted on at step t (raw, unnormalised)
-    action_t: np.ndarray  # [T, B] int64 or [T, B, act_dim] float32 (before clipping to bounds)
+    action_t: np.ndarray  # [T, B] int64 (Discrete), [T, B, k] int64 (MultiDiscrete), or
+    #                       [T, B, k] float32 (Box before clipping to bounds; MultiBinary 0/1)
     reward_t: np.ndarray  # [T, B] float32 reward after action t (clipped where the env says so)
     terminated_t: np.ndarray  # [T, B] bool, the episode ended in a terminal state after step t
     truncated_t: np.ndarray  # [T, B] bool, the episode was cut by a time limit after step t
     logp_t: np.ndarray  # [T, B] float32 log-probability of action_t under the behaviour policy
-    dist_t: np.ndarray  # [T, B, D] float32 behaviour distribution parameters (logits or mean|log_std)
+    dist_t: np.ndarray  # [T, B, D] float32 behaviour distribution parameters (logits, or
+    #                     mean|log_std; the action head's ``param_dim`` columns)
     v_t: np.ndarray  # [T, B] float32 behaviour value estimate of obs_t
     final_v_t: np.ndarray  # [T, B] float32 behaviour value of the final observation where
     #                        truncated_t (NaN where learners value final_obs themselves), else 0

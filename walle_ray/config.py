@@ -1,17 +1,22 @@
 """Typed configuration: one dataclass per component, registered with Hydra's ConfigStore.
 
-YAML files under ``conf/`` only select and override these; a misspelled key or a value of
+YAML files under ``walle_ray/conf/`` only select and override these; a misspelled key or a value of
 the wrong type is rejected by Hydra with the key named. ``validate`` adds the range checks
 that types cannot express.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # the shipped configs, inside the package
 
 
 class ConfigError(ValueError):
@@ -56,6 +61,11 @@ class EnvConfig:
     # in env.id does the same for one module.
     imports: list = field(default_factory=list)
     entry_point: Optional[str] = None  # 'my_pkg.envs:Corridor': made with env.kwargs, no registration
+    # gymnasium wrappers put around each env, innermost first, in every process that makes
+    # envs: [{_target_: gymnasium.wrappers.ClipReward, max_reward: 1.0}, ...]; '_target_' is
+    # 'package.module.Name' or 'package.module:Name', the other keys its keyword arguments.
+    # Not for ALE ids (ale_py's C++ vector env has no gymnasium env to wrap).
+    wrappers: list = field(default_factory=list)
     # Atari only (ale_py.AtariVectorEnv)
     obs_size: int = 84  # square frame size: 84 (Nature DQN) or 42 (EasyRL)
     frame_stack: int = 4  # frames stacked per observation
@@ -102,13 +112,20 @@ class ModelConfig:
     # Image torso under bfloat16 autocast: auto (only where the CPU or GPU computes bfloat16
     # natively; elsewhere it is emulated and much slower), true or false
     bf16: str = "auto"
+    # Your own network (README, "Your own network"): 'my_pkg.nets:MyActorCritic' (or Hydra's
+    # 'my_pkg.nets.MyActorCritic'), called as target(obs_space, action_space, model_cfg,
+    # **model.kwargs) in every process that builds the model; None: the built-in network
+    _target_: Optional[str] = None
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for _target_
 
 
 @dataclass
 class LoggerConfig:
-    """Console progress and metrics.jsonl always; W&B with ``logger=wandb``."""
+    """Console progress and metrics.jsonl always; W&B with ``logger=wandb``; TensorBoard with
+    ``logger=tensorboard``, or both with ``logger=[wandb,tensorboard]``."""
 
     name: str = "console"  # console | wandb
+    tensorboard: bool = False  # also TensorBoard event files in <run dir>/tensorboard
     progress: str = "auto"  # auto | line | off: live line on a TTY, periodic lines otherwise
     print_every_s: float = 10.0  # seconds between progress lines when not on a TTY
     ray_metrics: bool = True  # Ray gauges (walle_*) for the dashboard's Prometheus/Grafana
@@ -135,8 +152,10 @@ class EvalConfig:
 
     episodes: int = 10  # episodes to run
     deterministic: bool = True  # greedy actions (argmax or the Gaussian mean)
-    video: bool = False  # mode=eval: write one MP4 per episode
-    video_dir: Optional[str] = None  # where the MP4s go; None: videos/ beside the checkpoint's run
+    # One MP4 per episode. mode=eval: into eval.video_dir. Training with eval.every_env_steps:
+    # each evaluation's into <eval.video_dir>/<env_steps>/, also logged to W&B (logger=wandb)
+    video: bool = False
+    video_dir: Optional[str] = None  # where the MP4s go; None: the (checkpoint's) run dir's videos/
     every_env_steps: Optional[int] = None  # training: evaluate every this many env steps (eval/return)
 
 
@@ -156,10 +175,23 @@ class Config:
     mode: str = "train"  # train | eval
 
 
+def env_name(env_id: str, entry_point: Optional[str] = None) -> str:
+    """A short name for an env that has no config file: ``my_pkg.envs:Corridor-v0``,
+    ``ALE/Breakout-v5`` and the entry point ``my_pkg.envs:Corridor`` give ``corridor``,
+    ``breakout`` and ``corridor``."""
+    name = entry_point or env_id or "env"
+    name = re.split(r"[:/.]", name)[-1]
+    name = re.sub(r"-v\d+$", "", name)
+    return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_") or "env"
+
+
 def register_configs() -> None:
-    """Register the root schema and every algorithm's schema with Hydra."""
+    """Register the root schema, every algorithm's schema and the ``walle_env_name``
+    resolver (``conf/env/custom.yaml``) with Hydra."""
     from walle_ray.algos import ALGORITHMS
 
+    OmegaConf.register_new_resolver("walle_env_name", lambda env_id, entry_point=None:
+                                    env_name(env_id, entry_point), replace=True)
     cs = ConfigStore.instance()
     cs.store(name="walle_config", node=Config)
     for name, algo in ALGORITHMS.items():
@@ -203,9 +235,14 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
         raise ConfigError(str(exc)) from None
     _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
              "model.hidden", "needs one or more positive layer widths")
+    target = cfg.model._target_
+    _require(target is None or (bool(target.strip()) and ("." in target or ":" in target)
+                                and not target.startswith((".", ":"))),
+             "model._target_", f"got {target!r}; write it as 'package.module:ClassOrFunction'")
     _require(cfg.logger.name in ("console", "wandb"), "logger.name",
              f"got {cfg.logger.name!r}; use console (metrics.jsonl and the progress line) "
-             "or wandb (the same, plus Weights & Biases)")
+             "or wandb (the same, plus Weights & Biases); for TensorBoard choose "
+             "logger=tensorboard or logger=[wandb,tensorboard] (logger.tensorboard=true)")
     _require(cfg.logger.mode in ("auto", "online", "offline", "disabled"), "logger.mode",
              f"got {cfg.logger.mode!r}; use auto, online, offline or disabled")
     _require(cfg.logger.progress in ("auto", "line", "off"), "logger.progress",

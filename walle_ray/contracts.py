@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import gymnasium as gym
+    import torch
     from torch import nn
 
     from walle_ray.learners.collective import Collective
@@ -120,3 +122,86 @@ class Writer(Protocol):
     def finish(self, last_obs: Any, version: int) -> tuple[Any, dict]:
         """The fragment's data for a memory (a ``Rollout`` or ``Transitions``), stamped
         with the policy ``version`` that acted, and counters for the sampler's report."""
+
+
+# A user's own network (``model._target_``, ``walle_ray/models/user.py``). Every family's is
+# built the same way, in every process that builds a model (driver, samplers, learners,
+# evaluator):
+#
+#     target(obs_space, action_space, model_cfg, **model.kwargs) -> nn.Module
+#
+# ``obs_space`` and ``action_space`` are the env's (observations may be a ``FlatSpace``, a Box
+# that also knows its ``source`` space and can ``unflatten``), ``model_cfg`` is the
+# ``ModelConfig`` dataclass (``hidden``, ``activation``, ... for the user to read or ignore),
+# and ``model.kwargs`` are the config's extra keyword arguments. The module is plain torch: the
+# framework wraps it (action head, observation normalisation, action bounds, weights for the
+# object store, checkpoints as state dicts) and checks it against its contract before the run
+# starts. Every build from the same arguments must have the same parameters and buffers,
+# since each role loads the learner's weights into its own copy.
+
+
+@runtime_checkable
+class ActorCriticNet(Protocol):
+    """A user's network for PPO, PPO-KL and IMPALA.
+
+    ``forward(obs)``: observations [N, *obs_shape] as the env gives them (their dtype; after
+    the running normaliser, float, with ``env.normalize_obs``) -> ``(params, value)``:
+
+    - ``params`` [N, P]: the action head's distribution parameters, where
+      ``P = make_action_head(action_space).param_dim`` (``walle_ray/models/heads.py``):
+      logits [N, n] for ``Discrete(n)``; for a 1-D ``Box`` of d dims the means, then the
+      log-stds, [N, 2d] (a state-independent log-std is an ``nn.Parameter`` expanded to N);
+    - ``value`` [N] (or [N, 1]): the state value.
+
+    Both must depend on parameters (gradients flow into them). The network computes both in
+    one pass; samplers keep the value of each step.
+    """
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [N, *obs_shape] -> (distribution params [N, P], value [N])."""
+
+
+@runtime_checkable
+class QNet(Protocol):
+    """A user's network for DQN and Ape-X DQN (``Discrete(n)`` actions).
+
+    ``forward(obs)``: observations [N, *obs_shape] as the env gives them (their dtype) ->
+    Q-values [N, n], one per action. A target network is a ``copy.deepcopy`` of it.
+    """
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [N, *obs_shape] -> Q [N, num_actions]."""
+
+
+@runtime_checkable
+class DeterministicNet(Protocol):
+    """A user's network for DDPG, TD3 and Ape-X DDPG (float vector observations, a bounded
+    1-D ``Box`` of d action dims).
+
+    - ``act(obs)``: obs [N, obs_dim] float32 -> actions [N, d] inside the action bounds, in
+      the env's units (e.g. a tanh scaled and shifted to ``action_space.low``/``high``);
+    - ``q(obs, action)``: obs [N, obs_dim], actions [N, d] in the env's units -> Q [N, K]
+      for K critics: K = 1 for DDPG (Q [N] also does), K = 2 for TD3 (``algo.twin_critics``;
+      the update bootstraps from the smaller, the actor climbs the first);
+    - ``actor`` and ``critic``: submodules holding every parameter of the actor and of the
+      critics respectively, none in both: two optimizers step them apart. A target network is
+      a ``copy.deepcopy`` of the whole.
+    """
+
+    actor: nn.Module
+    critic: nn.Module
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [N, obs_dim] -> deterministic actions [N, act_dim] within the bounds."""
+
+    def q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """(obs [N, obs_dim], action [N, act_dim]) -> Q [N, K], one column per critic."""
+
+
+class UserNetFactory(Protocol):
+    """What ``model._target_`` names: a class or function building one of the networks
+    above."""
+
+    def __call__(self, obs_space: gym.Space, action_space: gym.Space, model_cfg: Any,
+                 **kwargs: Any) -> nn.Module:
+        """``model_cfg``: the ``ModelConfig`` dataclass; ``kwargs``: ``model.kwargs``."""

@@ -23,7 +23,8 @@ class FragmentWriter:
     The env writes each step straight into the fragment's arrays: the next observation into
     ``obs_t[t + 1]`` (the last into ``last_obs``), rewards and flags into row ``t``. The
     policy's outputs (``ActorCriticActing.act``'s extras) stay tensors until the fragment
-    ends and are stacked once.
+    ends and are stacked once: actions [T, B] for Discrete, [T, B, k] for Box, MultiDiscrete
+    and MultiBinary, whatever the action head samples.
 
     With a separate critic (vector observations) the policy acts without it, and the values
     of all T + 1 observations (T without ``bootstrap_value``) are computed in one batch once

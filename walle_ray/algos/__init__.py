@@ -1,4 +1,4 @@
-"""Algorithm registry: a new algorithm is a new folder here plus a YAML file in conf/algo/."""
+"""Algorithm registry: a new algorithm is a new folder here plus a YAML file in walle_ray/conf/algo/."""
 
 from __future__ import annotations
 

@@ -182,23 +182,26 @@ def require_algo(checks: list[tuple[bool, str, str]]) -> None:
 
 
 def actor_critic_model(obs_space: gym.Space, action_space: gym.Space, cfg):
-    """The policy-gradient methods' network: ``ActorCritic`` from ``cfg.model`` and ``cfg.env``."""
+    """The policy-gradient methods' network: ``ActorCritic`` from ``cfg.model`` and ``cfg.env``,
+    or the user's own (``model._target_``, ``models/user.py``)."""
     from walle_ray.models import make_actor_critic
 
     return make_actor_critic(obs_space, action_space, cfg.model, cfg.env.normalize_obs)
 
 
 def check_policy_spaces(algo_name: str) -> Callable[[gym.Space, gym.Space], None]:
-    """A ``check_spaces`` for policy-gradient methods: Discrete or 1-D Box actions."""
+    """A ``check_spaces`` for policy-gradient methods: actions an action head can sample
+    (Discrete, 1-D Box, MultiDiscrete, MultiBinary; ``models/heads.py``)."""
 
     def check(obs_space: gym.Space, action_space: gym.Space) -> None:
         from walle_ray.config import ConfigError
+        from walle_ray.models.heads import SUPPORTED_ACTION_SPACES, make_action_head
 
-        ok = isinstance(action_space, gym.spaces.Discrete) or (
-            isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1)
-        if not ok:
-            raise ConfigError(f"{algo_name} needs a Discrete or 1-D Box action space; "
-                              f"this env has {action_space}")
+        try:
+            make_action_head(action_space)
+        except TypeError:
+            raise ConfigError(f"{algo_name} needs one of these action spaces: "
+                              f"{SUPPORTED_ACTION_SPACES}; this env has {action_space}") from None
 
     return check
 

@@ -9,7 +9,7 @@ import gymnasium as gym
 from walle_ray.config import ConfigError, EnvConfig
 from walle_ray.envs.base import Ended, VectorEnv
 from walle_ray.envs.testing import register_test_envs
-from walle_ray.envs.user import prepare
+from walle_ray.envs.user import prepare, wrapper_factories
 
 __all__ = ["Ended", "VectorEnv", "check_env_id", "env_spaces", "make_vector_env"]
 
@@ -47,6 +47,11 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None) -> VectorEnv:
     env modules (``walle_ray/envs/user.py``) in this process."""
     num_envs = num_envs or cfg.envs_per_sampler
     env_id = prepare(cfg)
+    wrappers = wrapper_factories(cfg.wrappers)
+    if is_atari(env_id) and wrappers:
+        raise ConfigError("env.wrappers: ALE ids run in ale_py's C++ vector env, which has no "
+                          "gymnasium env to wrap; remove env.wrappers (its env.* keys set frame "
+                          "size, stacking, skipping and the rest)")
     check_env_id(env_id)
     if is_atari(env_id):
         from walle_ray.envs.atari import AtariEnv
@@ -58,7 +63,7 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None) -> VectorEnv:
                         max_episode_steps=cfg.max_episode_steps, threads=cfg.env_threads)
     from walle_ray.envs.gym_vector import GymVectorEnv
 
-    return GymVectorEnv(env_id, num_envs, cfg.max_episode_steps, dict(cfg.kwargs or {}))
+    return GymVectorEnv(env_id, num_envs, cfg.max_episode_steps, dict(cfg.kwargs or {}), wrappers)
 
 
 def env_spaces(cfg: EnvConfig) -> tuple[gym.Space, gym.Space]:

@@ -35,7 +35,7 @@ class VectorEnv(Protocol):
     """
 
     num_envs: int
-    observation_space: gym.Space  # of one env
+    observation_space: gym.Space  # of one env; a FlatSpace (envs/spaces.py) for Dict/Tuple ones
     action_space: gym.Space  # of one env
 
     def reset(self, seed: int | None = None) -> np.ndarray: ...

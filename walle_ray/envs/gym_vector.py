@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import gymnasium as gym
 import numpy as np
 
 from walle_ray.envs.base import Ended
+from walle_ray.envs.spaces import FlatSpace, flattens
 
 
 class GymVectorEnv:
@@ -16,20 +19,36 @@ class GymVectorEnv:
     """
 
     def __init__(self, env_id: str, num_envs: int, max_episode_steps: int | None = None,
-                 kwargs: dict | None = None):
+                 kwargs: dict | None = None, wrappers: list[Callable[[gym.Env], gym.Env]] = ()):
+        """``wrappers`` wrap each env in order (``env.wrappers``). A Dict or Tuple
+        observation is then flattened: ``observation_space`` is its ``FlatSpace``."""
         make_kwargs = dict(kwargs or {})
         if max_episode_steps is not None:
             make_kwargs["max_episode_steps"] = max_episode_steps
-        self.envs = [gym.make(env_id, **make_kwargs) for _ in range(num_envs)]
+        self.envs = [self._make(env_id, make_kwargs, wrappers) for _ in range(num_envs)]
         self.num_envs = num_envs
         self.observation_space = self.envs[0].observation_space
+        if flattens(self.observation_space):
+            self.observation_space = FlatSpace(self.observation_space)
+            self.envs = [gym.wrappers.FlattenObservation(env) for env in self.envs]
         self.action_space = self.envs[0].action_space
         self._box_actions = isinstance(self.action_space, gym.spaces.Box)
+        # Discrete actions go to the envs as Python ints; MultiDiscrete and MultiBinary ones
+        # as numpy rows of the space's dtype, shifted by its start.
+        self._int_actions = isinstance(self.action_space, gym.spaces.Discrete)
+        self._action_start = getattr(self.action_space, "start", 0)
         self._obs_dtype = (np.float32 if np.issubdtype(self.observation_space.dtype, np.floating)
                            else self.observation_space.dtype)
         self._final_obs = np.zeros((num_envs, *self.observation_space.shape), self._obs_dtype)
         self._returns = [0.0] * num_envs
         self._lengths = [0] * num_envs
+
+    @staticmethod
+    def _make(env_id: str, make_kwargs: dict, wrappers) -> gym.Env:
+        env = gym.make(env_id, **make_kwargs)
+        for wrap in wrappers:
+            env = wrap(env)
+        return env
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs = [env.reset(seed=None if seed is None else seed + i)[0]
@@ -45,8 +64,10 @@ class GymVectorEnv:
              terminated: np.ndarray, truncated: np.ndarray) -> Ended | None:
         if self._box_actions:
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
-        else:  # Python ints take the quick path of Discrete.contains, which CartPole asserts
+        elif self._int_actions:  # Python ints take the quick path of Discrete.contains, which CartPole asserts
             actions = actions.tolist()
+        else:
+            actions = (actions + self._action_start).astype(self.action_space.dtype)
         returns, lengths = self._returns, self._lengths
         ended = None
         for i, env in enumerate(self.envs):

@@ -1,8 +1,8 @@
 """Small deterministic environments for tests and benchmarks.
 
 Registered with gymnasium as ``walle/Counting-v0``, ``walle/Sleep-v0``, ``walle/Faulty-v0``,
-``walle/Frames-v0`` and ``walle/Continuous-v0`` so they go through the same ``env.id=...``
-path as any other env.
+``walle/Frames-v0``, ``walle/Continuous-v0``, ``walle/DictObs-v0``, ``walle/MultiDiscrete-v0``
+and ``walle/MultiBinary-v0`` so they go through the same ``env.id=...`` path as any other env.
 """
 
 from __future__ import annotations
@@ -132,6 +132,80 @@ class ContinuousEnv(gym.Env):
         return self.x.copy(), reward, end and not self.truncate, end and self.truncate, {}
 
 
+class DictObsEnv(gym.Env):
+    """A Dict observation: ``goal`` (Discrete(n)) and ``noise`` (a Box the reward ignores).
+    Reward 1 when the action equals the goal, else 0; a new goal each step; ``length``
+    steps (truncated). Random play scores ``length / n``, the right policy ``length``."""
+
+    def __init__(self, n: int = 3, length: int = 20):
+        self.n, self.length = n, length
+        self.observation_space = gym.spaces.Dict({
+            "goal": gym.spaces.Discrete(n), "noise": gym.spaces.Box(-1, 1, (2,), np.float32)})
+        self.action_space = gym.spaces.Discrete(n)
+        self.t, self.goal = 0, 0
+
+    def _obs(self) -> dict:
+        self.goal = int(self.np_random.integers(self.n))
+        return {"goal": self.goal, "noise": self.np_random.uniform(-1, 1, 2).astype(np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = 1.0 if int(action) == self.goal else 0.0
+        self.t += 1
+        return self._obs(), reward, False, self.t >= self.length, {}
+
+
+class TargetEnv(gym.Env):
+    """Match a target per action component: each step shows a new random target (one-hot
+    per component for MultiDiscrete, the bits for MultiBinary) and pays the fraction of
+    components the action matched; ``length`` steps (truncated). Random play scores about
+    ``length * mean(1 / nvec)``, the right policy ``length``."""
+
+    def __init__(self, action_space: gym.Space, length: int = 20):
+        self.action_space, self.length = action_space, length
+        self.nvec = (np.asarray(action_space.nvec) if isinstance(action_space, gym.spaces.MultiDiscrete)
+                     else None)
+        width = int(self.nvec.sum()) if self.nvec is not None else int(action_space.n)
+        self.observation_space = gym.spaces.Box(0, 1, (width,), np.float32)
+        self.t = 0
+        self.target = np.zeros(len(self.nvec) if self.nvec is not None else width, np.int64)
+
+    def _obs(self) -> np.ndarray:
+        if self.nvec is None:
+            self.target = self.np_random.integers(0, 2, self.target.shape)
+            return self.target.astype(np.float32)
+        self.target = self.np_random.integers(0, self.nvec)
+        obs = np.zeros(self.observation_space.shape, np.float32)
+        obs[np.cumsum(self.nvec) - self.nvec + self.target] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        if not self.action_space.contains(np.asarray(action, self.action_space.dtype)):
+            raise ValueError(f"action {action!r} is outside {self.action_space}")
+        reward = float(np.mean(np.asarray(action) == self.target))
+        self.t += 1
+        return self._obs(), reward, False, self.t >= self.length, {}
+
+
+def multi_discrete_env(nvec=(3, 2, 4), length: int = 20) -> TargetEnv:
+    """``TargetEnv`` with MultiDiscrete(nvec) actions (unequal sizes by default)."""
+    return TargetEnv(gym.spaces.MultiDiscrete(list(nvec)), length)
+
+
+def multi_binary_env(n: int = 4, length: int = 20) -> TargetEnv:
+    """``TargetEnv`` with MultiBinary(n) actions."""
+    return TargetEnv(gym.spaces.MultiBinary(n), length)
+
+
 _steps_in_process = 0  # steps taken by every FaultyEnv in this process
 _fired_in_process: set = set()  # faults fired, when there is no Ray to remember them
 
@@ -216,6 +290,8 @@ class FaultyEnv(gym.Wrapper):
 def register_test_envs() -> None:
     for env_id, entry in (("walle/Counting-v0", CountingEnv), ("walle/Sleep-v0", SleepEnv),
                           ("walle/Faulty-v0", FaultyEnv), ("walle/Frames-v0", FramesEnv),
-                          ("walle/Continuous-v0", ContinuousEnv)):
+                          ("walle/Continuous-v0", ContinuousEnv), ("walle/DictObs-v0", DictObsEnv),
+                          ("walle/MultiDiscrete-v0", multi_discrete_env),
+                          ("walle/MultiBinary-v0", multi_binary_env)):
         if env_id not in gym.envs.registry:
             gym.register(env_id, entry_point=entry, disable_env_checker=True)

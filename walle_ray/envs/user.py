@@ -1,5 +1,6 @@
 """A user's own environments: modules to import before envs are made, gymnasium's
-``module:EnvId`` ids, and entry points that need no registration.
+``module:EnvId`` ids, entry points that need no registration, and the wrappers
+``env.wrappers`` puts around each env.
 
 Every process that builds envs (the driver, each sampler, the evaluator) goes through
 ``make_vector_env``, which calls ``prepare`` first: what a user's module registers with
@@ -9,8 +10,11 @@ gymnasium in one process is registered in every process.
 from __future__ import annotations
 
 import importlib
+from functools import partial
+from typing import Callable
 
 import gymnasium as gym
+from omegaconf import DictConfig, OmegaConf
 
 from walle_ray.config import ConfigError
 
@@ -52,3 +56,44 @@ def prepare(cfg) -> str:
         _import(module, "env.id")
         return name
     return cfg.id
+
+
+def _resolve(target: object, key: str) -> Callable:
+    """The class or function a ``_target_`` names: 'package.module.Name' or
+    'package.module:Name'."""
+    if not isinstance(target, str) or not target:
+        raise ConfigError(f"{key}: got {target!r}; name a class or function, e.g. "
+                          "gymnasium.wrappers.FlattenObservation or my_pkg.wrappers:MyWrapper")
+    module, sep, name = target.partition(":") if ":" in target else target.rpartition(".")
+    if not sep or not module or not name:
+        raise ConfigError(f"{key}: got {target!r}; write it as 'package.module.Name' or "
+                          "'package.module:Name'")
+    found = getattr(_import(module, key), name, None)
+    if not callable(found):
+        raise ConfigError(f"{key}: module {module!r} has no class or function {name!r}")
+    return found
+
+
+def wrapper_factories(items) -> list[Callable[[gym.Env], gym.Env]]:
+    """``env.wrappers`` as one callable per item, in order: each takes an env and returns it
+    wrapped, ``item._target_(env, **the item's other keys)``. Every target is imported here,
+    so a name that is wrong fails before any env is made."""
+    factories = []
+    for i, item in enumerate(items or ()):
+        key = f"env.wrappers[{i}]"
+        if isinstance(item, DictConfig):
+            item = OmegaConf.to_container(item, resolve=True)
+        if not isinstance(item, dict) or "_target_" not in item:
+            raise ConfigError(f"{key}: got {item!r}; write each wrapper as "
+                              "{_target_: package.module.Wrapper, <keyword>: <value>, ...}")
+        kwargs = {k: v for k, v in item.items() if k != "_target_"}
+        factories.append(partial(_wrap, _resolve(item["_target_"], f"{key}._target_"), kwargs, key))
+    return factories
+
+
+def _wrap(wrapper: Callable, kwargs: dict, key: str, env: gym.Env) -> gym.Env:
+    try:
+        return wrapper(env, **kwargs)
+    except TypeError as exc:  # most often a keyword the wrapper does not take
+        raise ConfigError(f"{key}: {getattr(wrapper, '__name__', wrapper)}(env, **{kwargs}) "
+                          f"failed: {exc}") from None

@@ -54,29 +54,49 @@ class MetricsFile:
 
 
 class Sinks:
-    """Each record goes to every sink: metrics.jsonl first, then W&B and Ray gauges when
-    configured. ``also_close``: objects holding resources (the evaluation env) that close
-    with the sinks."""
+    """Each record goes to every sink: metrics.jsonl first, then W&B, TensorBoard and Ray
+    gauges when configured.
 
-    def __init__(self, sinks: list, also_close: list | None = None):
+    Media are files already written (evaluation videos, the timing figure); ``media`` hands
+    them to the sinks that have a ``media(step, images, videos)`` method, and the others
+    (metrics.jsonl, Ray gauges) never see them. ``also_close``: objects holding resources
+    (the evaluation env) that close with the sinks. ``at_close``: callables given these
+    sinks, run before the sinks close, for what the end of a run adds (its timing figure).
+    """
+
+    def __init__(self, sinks: list, also_close: list | None = None,
+                 at_close: list | None = None):
         self.sinks = sinks
         self.also_close = also_close or []
+        self.at_close = at_close or []
 
     def write(self, record: dict) -> None:
         for sink in self.sinks:
             sink.write(record)
 
+    @property
+    def takes_media(self) -> bool:
+        return any(hasattr(sink, "media") for sink in self.sinks)
+
+    def media(self, step: int, images: dict[str, Path] | None = None,
+              videos: dict[str, list[Path]] | None = None) -> None:
+        """``images``: name -> PNG file; ``videos``: name -> MP4 files; at ``step`` env steps."""
+        for sink in self.sinks:
+            if hasattr(sink, "media"):
+                sink.media(step, images=images or {}, videos=videos or {})
+
     def close(self, exit_code: int = 0) -> None:
-        """Close every sink, then what else holds resources, even when one fails (the
-        metrics file is closed first)."""
+        """Run ``at_close``, close every sink (the metrics file first), then what else holds
+        resources, going on when one fails."""
         errors = []
-        closers = [(sink, lambda s=sink: s.close(exit_code)) for sink in self.sinks]
-        closers += [(other, other.close) for other in self.also_close]
+        closers = [("the end-of-run media", lambda f=fn: f(self)) for fn in self.at_close]
+        closers += [(type(sink).__name__, lambda s=sink: s.close(exit_code)) for sink in self.sinks]
+        closers += [(type(other).__name__, other.close) for other in self.also_close]
         for owner, close in closers:
             try:
                 close()
             except Exception as exc:  # a W&B upload failing must not hide the run's own end
-                errors.append(f"{type(owner).__name__}: {exc}")
+                errors.append(f"{owner}: {exc}")
         for error in errors:
             print(f"walle_ray: warning: closing {error}", file=sys.stderr, flush=True)
 

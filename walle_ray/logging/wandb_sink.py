@@ -1,4 +1,5 @@
-"""Weights & Biases: the run's config and every metrics record, online or offline.
+"""Weights & Biases: the run's config, every metrics record and the run's media (evaluation
+videos, the timing figure), online or offline.
 
 Online when a W&B key is configured (``WANDB_API_KEY`` or a netrc entry for the W&B host),
 otherwise offline into the run directory, so a run never waits on a login prompt or on a
@@ -69,6 +70,15 @@ class WandbSink:
     def write(self, record: dict) -> None:
         self.run.log({k: v for k, v in record.items()
                       if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))})
+
+    def media(self, step: int, images: dict | None = None, videos: dict | None = None) -> None:
+        """Each image (a PNG path) as a ``wandb.Image`` and each list of MP4 paths as
+        ``wandb.Video``s under its name, in one W&B step at ``step`` env steps."""
+        data = {name: self.wandb.Image(str(path)) for name, path in (images or {}).items()}
+        data.update({name: [self.wandb.Video(str(path)) for path in paths]
+                     for name, paths in (videos or {}).items() if paths})
+        if data:
+            self.run.log({"env_steps": step, **data})
 
     def close(self, exit_code: int = 0) -> None:
         self.run.finish(exit_code=exit_code)

@@ -68,12 +68,18 @@ class DeterministicActorCritic(NumpyWeights, nn.Module):
 
 
 def make_deterministic_model(obs_space: gym.Space, action_space: gym.spaces.Box,
-                             cfg) -> DeterministicActorCritic:
+                             cfg) -> nn.Module:
     """The DDPG family's network from ``cfg.algo`` (hidden, activation, twin_critics).
 
-    ``cfg.model`` is the policy-gradient methods' network and is not read here: these
-    algorithms want ReLU 256x256 networks by default, unlike PPO's tanh 64x64.
+    ``cfg.model``'s layer settings are the policy-gradient methods' and are not read here:
+    these algorithms want ReLU 256x256 networks by default, unlike PPO's tanh 64x64. With
+    ``model._target_`` it is the user's network behind ``UserDeterministic``
+    (``models/user.py``; its contract: ``contracts.DeterministicNet``).
     """
+    if cfg.model._target_:
+        from walle_ray.models.user import UserDeterministic
+
+        return UserDeterministic(obs_space, action_space, cfg.model)
     a = cfg.algo
     return DeterministicActorCritic(obs_space, action_space, list(a.hidden), a.activation,
                                     a.twin_critics)

@@ -7,7 +7,8 @@ from abc import ABC, abstractmethod
 
 import gymnasium as gym
 import torch
-from torch.distributions import Categorical, Independent, Normal, kl_divergence
+from torch.distributions import Bernoulli, Categorical, Independent, Normal, kl_divergence
+from torch.nn import functional as F
 
 # Arguments are produced by our own networks; validating them on every call costs more than
 # the sampler's whole forward pass.
@@ -102,9 +103,96 @@ class GaussianHead(ActionHead):
         return action, logp
 
 
+class MultiCategoricalHead(ActionHead):
+    """MultiDiscrete actions: k independent categoricals, one per component. Params are the
+    k components' logits concatenated (``sum(nvec)`` of them); actions are [..., k] int64.
+
+    Components of unequal size are padded to the largest with logits so negative that their
+    probability is exactly 0, so every method works on one [..., k, max(nvec)] tensor."""
+
+    def __init__(self, nvec):
+        self.nvec = [int(n) for n in nvec]
+        self.param_dim = sum(self.nvec)
+        width, offsets = max(self.nvec), [0]
+        for n in self.nvec[:-1]:
+            offsets.append(offsets[-1] + n)
+        column = torch.arange(width)
+        # index[i, j]: the param column of component i's action j (0 where padded)
+        self._pad = column[None, :] >= torch.tensor(self.nvec)[:, None]
+        self._index = torch.where(self._pad, 0, torch.tensor(offsets)[:, None] + column[None, :])
+        self._padded = bool(self._pad.any())
+
+    def _logits(self, params: torch.Tensor) -> torch.Tensor:
+        """params [..., sum(nvec)] -> logits [..., k, max(nvec)]."""
+        logits = params[..., self._index.to(params.device)]
+        if self._padded:  # finite, not -inf: 0 * logit stays 0 in entropies and KLs
+            logits = logits.masked_fill(self._pad.to(params.device), -1e9)
+        return logits
+
+    def dist(self, params):
+        return Independent(Categorical(logits=self._logits(params)), 1)
+
+    def mode(self, params):
+        return self._logits(params).argmax(-1)
+
+    def act(self, params, deterministic=False):
+        logp = torch.log_softmax(self._logits(params), -1)
+        if deterministic:
+            action = logp.argmax(-1)
+        else:  # Gumbel-max per component, as CategoricalHead
+            action = (logp - torch.log(-torch.log(torch.rand_like(logp)))).argmax(-1)
+        return action, logp.gather(-1, action[..., None])[..., 0].sum(-1)
+
+    def kl(self, p_params, q_params):
+        """Exact: the components' categorical KLs summed."""
+        logp = torch.log_softmax(self._logits(p_params), -1)
+        logq = torch.log_softmax(self._logits(q_params), -1)
+        return (logp.exp() * (logp - logq)).sum((-2, -1))
+
+
+class BernoulliHead(ActionHead):
+    """MultiBinary actions: one independent bit per component; params are one logit per bit,
+    actions are [..., n] float32 0/1 (the env gets them in its space's dtype)."""
+
+    def __init__(self, n: int):
+        self.param_dim = n
+
+    def dist(self, params):
+        return Independent(Bernoulli(logits=params), 1)
+
+    def mode(self, params):
+        return (params > 0).to(params.dtype)
+
+    def act(self, params, deterministic=False):
+        if deterministic:
+            action = self.mode(params)
+        else:
+            action = (torch.rand_like(params) < torch.sigmoid(params)).to(params.dtype)
+        # Bernoulli.log_prob's own formula, so the values match it exactly
+        logp = -F.binary_cross_entropy_with_logits(params, action, reduction="none").sum(-1)
+        return action, logp
+
+    def kl(self, p_params, q_params):
+        """Exact: the bits' KLs summed, from log-sigmoids (no 0 * log 0)."""
+        p = torch.sigmoid(p_params)
+        on = F.logsigmoid(p_params) - F.logsigmoid(q_params)
+        off = F.logsigmoid(-p_params) - F.logsigmoid(-q_params)
+        return (p * on + (1 - p) * off).sum(-1)
+
+
+# What ``make_action_head`` accepts, for error messages (check_policy_spaces).
+SUPPORTED_ACTION_SPACES = "Discrete, a 1-D Box, a 1-D MultiDiscrete or a 1-D MultiBinary"
+
+
 def make_action_head(space: gym.Space) -> ActionHead:
+    """The head for an action space; TypeError for one it cannot act in."""
+    one_d = len(getattr(space, "shape", None) or ()) == 1
     if isinstance(space, gym.spaces.Discrete):
         return CategoricalHead(int(space.n))
-    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+    if isinstance(space, gym.spaces.Box) and one_d:
         return GaussianHead(int(space.shape[0]))
-    raise TypeError(f"action space {space} is not supported: use Discrete or a 1-D Box")
+    if isinstance(space, gym.spaces.MultiDiscrete) and one_d:
+        return MultiCategoricalHead(space.nvec.tolist())
+    if isinstance(space, gym.spaces.MultiBinary) and one_d:
+        return BernoulliHead(int(space.shape[0]))
+    raise TypeError(f"action space {space} is not supported: use {SUPPORTED_ACTION_SPACES}")

@@ -2,8 +2,14 @@
 
 - ``topology=12a3m2l``: any topology string works, not only the shipped YAML files; an
   unknown option becomes ``topology.spec=12a3m2l`` (checked against the grammar later).
+- ``env.id=...`` or ``env.entry_point=...`` without ``env=<option>``: the env has no config
+  file, so ``env=custom`` is chosen (its name comes from the id, and no other env's preset
+  applies); ``env=cartpole env.id=...`` keeps CartPole's file and preset.
 - ``run.resume=<run dir>``: the run continues in that directory with the overrides it was
   started with; overrides given now win over those.
+
+``conf_dirs`` are the shipped config directory and the user's (``--config-dir``), in which
+topology options are looked up.
 """
 
 from __future__ import annotations
@@ -12,15 +18,27 @@ from pathlib import Path
 
 import yaml
 
-from walle_ray.config import ConfigError
+from walle_ray.config import CONF_DIR, ConfigError
 
 
 def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def rewrite_args(args: list[str], conf_dir: Path) -> list[str]:
-    known = {p.stem for p in (conf_dir / "topology").glob("*.yaml")}
+def user_config_dirs(args: list[str]) -> list[Path]:
+    """The directories named by ``--config-dir DIR`` / ``--config-dir=DIR`` / ``-cd DIR``."""
+    dirs = []
+    for i, arg in enumerate(args):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(args):
+            dirs.append(Path(args[i + 1]))
+        elif arg.startswith("--config-dir="):
+            dirs.append(Path(arg.split("=", 1)[1]))
+    return dirs
+
+
+def rewrite_args(args: list[str], conf_dirs: Path | list[Path]) -> list[str]:
+    conf_dirs = [conf_dirs] if isinstance(conf_dirs, Path) else list(conf_dirs)
+    known = {p.stem for d in conf_dirs for p in (Path(d) / "topology").glob("*.yaml")}
     out = []
     for arg in args:
         if arg.startswith("topology="):
@@ -28,6 +46,11 @@ def rewrite_args(args: list[str], conf_dir: Path) -> list[str]:
             if not all(v in known for v in values):
                 arg = "topology.spec=" + ",".join(values)
         out.append(arg)
+    keys = [_key(a) if "=" in a else None for a in out]
+    if "env" not in keys and {"env.id", "env.entry_point"} & set(keys):
+        # beside the other overrides: argparse takes them as one run of positionals
+        first = min(keys.index(k) for k in ("env.id", "env.entry_point") if k in keys)
+        out.insert(first, "env=custom")
     resume = next((a.split("=", 1)[1] for a in out if _key(a) == "run.resume"), None)
     if resume:
         out = _resume_args(Path(resume), out)
@@ -49,3 +72,14 @@ def _resume_args(run_dir: Path, args: list[str]) -> list[str]:
     if "hydra.run.dir" not in given:
         args = [*args, f"hydra.run.dir={run_dir}"]
     return [*kept, *args]
+
+
+def announce_preset(preset: str | None, config_dirs: list[Path]) -> None:
+    """Say which preset file applies, if any (``optional preset: ${algo}_${env}``)."""
+    for folder in config_dirs:
+        path = folder / "preset" / f"{preset}.yaml"
+        if preset and path.is_file():
+            shown = f"conf/preset/{preset}.yaml" if folder == CONF_DIR else str(path)
+            print(f"walle_ray: tuned settings from {shown} apply (~preset runs without them)",
+                  flush=True)
+            return

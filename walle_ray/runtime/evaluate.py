@@ -97,21 +97,28 @@ def run_dir_of(checkpoint: Path) -> Path:
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Run ``eval.episodes`` episodes with the checkpoint's policy on the checkpoint's env,
-    writing one MP4 per episode when ``eval.video``."""
+    """``mode=eval``: ``eval.episodes`` episodes of ``run.checkpoint``'s policy on its env,
+    one MP4 per episode when ``eval.video``."""
     if not cfg.run.checkpoint:
         raise ConfigError("run.checkpoint: mode=eval needs a checkpoint file or run directory, "
                           "e.g. run.checkpoint=runs/<run>/checkpoints/last.pt")
     checkpoint = Path(cfg.run.checkpoint)
-    ckpt = load_checkpoint(checkpoint)
     video_dir = None
     if cfg.eval.video:
         video_dir = Path(cfg.eval.video_dir or run_dir_of(checkpoint) / "videos")
-    evaluator = Evaluator(OmegaConf.create(ckpt["config"]), cfg.run.seed + 1,
-                          cfg.eval.deterministic, video_dir)
+    return evaluate_checkpoint(checkpoint, cfg.eval.episodes, cfg.run.seed + 1,
+                               cfg.eval.deterministic, video_dir)
+
+
+def evaluate_checkpoint(checkpoint: Path, episodes: int, seed: int, deterministic: bool = True,
+                        video_dir: Path | None = None) -> dict:
+    """Run ``episodes`` episodes with a checkpoint's policy on the checkpoint's env, writing
+    one MP4 per episode into ``video_dir`` when given; prints and returns the results."""
+    ckpt = load_checkpoint(checkpoint)
+    evaluator = Evaluator(OmegaConf.create(ckpt["config"]), seed, deterministic, video_dir)
     try:
         weights = {k: v.numpy() for k, v in ckpt["learner"]["model"].items()}
-        result = evaluator.run(weights, int(ckpt["learner"]["version"]), cfg.eval.episodes)
+        result = evaluator.run(weights, int(ckpt["learner"]["version"]), episodes)
     finally:
         evaluator.close()
     result.update(env_id=evaluator.env_id, env_steps_trained=ckpt["counters"]["env_steps"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 
 
 class StopSignals:
@@ -14,6 +15,8 @@ class StopSignals:
         self._previous = {}
 
     def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread may take signals (walle_ray.train from a thread)
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._handle)
         return self

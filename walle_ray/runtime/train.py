@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +18,7 @@ from walle_ray.config import ConfigError, to_container, validate
 from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
 from walle_ray.models.precision import describe as describe_bf16
+from walle_ray.models.user import check_user_model
 from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
                                           load_checkpoint, save_checkpoint, tensors_to_arrays)
 from walle_ray.runtime.fleet import RoleDied, RoleError
@@ -28,10 +29,13 @@ from walle_ray.topology import check_samplers, parse_topology, plan_resources
 
 @dataclass
 class RunResult:
+    """What a finished run returns (``walle_ray.train``)."""
+
     run_dir: Path
-    counters: dict
+    counters: dict  # env_steps, iterations, episodes, wall_s, ...
     stopped_by: str  # budget | wall | return | signal
     exit_code: int
+    metrics: dict = field(default_factory=dict)  # the last record, as in metrics.jsonl
 
 
 def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
@@ -77,13 +81,19 @@ def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
 
 
 def make_sinks(cfg: DictConfig, run_dir: Path, resumed: bool, on_ray: bool) -> Sinks:
-    """metrics.jsonl always; W&B with logger=wandb; Ray gauges when running on Ray."""
+    """metrics.jsonl always; W&B with logger=wandb; TensorBoard with logger.tensorboard; Ray
+    gauges when running on Ray. Where W&B or TensorBoard take media, the end of a synchronous
+    run adds its timing figure (``<run dir>/timing.png``)."""
     sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
     try:
         if cfg.logger.name == "wandb":
             from walle_ray.logging.wandb_sink import WandbSink
 
             sinks.append(WandbSink(cfg, run_dir, resumed))
+        if cfg.logger.tensorboard:
+            from walle_ray.logging.tensorboard_sink import TensorBoardSink
+
+            sinks.append(TensorBoardSink(cfg, run_dir, resumed))
         if cfg.logger.ray_metrics and on_ray:
             from walle_ray.logging.ray_metrics import RayMetrics
 
@@ -91,25 +101,42 @@ def make_sinks(cfg: DictConfig, run_dir: Path, resumed: bool, on_ray: bool) -> S
     except BaseException:
         Sinks(sinks).close(1)
         raise
-    return Sinks(sinks)
+    metrics = Sinks(sinks)
+    if metrics.takes_media:
+        from walle_ray.logging.timing import timing_image
+
+        metrics.at_close.append(lambda all_sinks: timing_image(run_dir, all_sinks))
+    return metrics
 
 
 class Evaluation:
     """Episodes on separate envs with the current learner weights (greedy unless
     ``eval.deterministic=false``), as a periodic hook every ``eval.every_env_steps``;
-    ``fleet()`` gives the fleet of the moment, which a restart replaces."""
+    ``fleet()`` gives the fleet of the moment, which a restart replaces.
 
-    def __init__(self, cfg: DictConfig, fleet: Callable):
+    With ``eval.video`` each evaluation's episodes are kept as
+    ``<eval.video_dir or run dir/videos>/<env_steps>/episode-NNN.mp4`` and handed to
+    ``media`` (``Sinks.media``) as the videos ``eval/video``."""
+
+    def __init__(self, cfg: DictConfig, fleet: Callable, run_dir: Path,
+                 media: Callable | None = None):
         from walle_ray.runtime.evaluate import Evaluator
 
-        self.cfg, self.fleet = cfg, fleet
+        self.cfg, self.fleet, self.media = cfg, fleet, media
+        self.video_dir = Path(cfg.eval.video_dir or run_dir / "videos") if cfg.eval.video else None
         self.evaluator = Evaluator(cfg, seed=cfg.run.seed + 10_000,
-                                   deterministic=cfg.eval.deterministic)
+                                   deterministic=cfg.eval.deterministic, video_dir=self.video_dir)
 
     def __call__(self, record: dict) -> dict:
         state = self.fleet().learner_state()
         weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
         result = self.evaluator.run(weights, int(state["version"]), self.cfg.eval.episodes)
+        if self.video_dir is not None:  # the Evaluator rewrites its files each run: move them on
+            kept = self.video_dir / str(record["env_steps"])
+            kept.mkdir(parents=True, exist_ok=True)
+            videos = [Path(p).replace(kept / Path(p).name) for p in result["videos"]]
+            if self.media is not None:
+                self.media(record["env_steps"], videos={"eval/video": videos})
         return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
 
     def close(self) -> None:
@@ -127,6 +154,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
     algo = algorithm_for(cfg.algo)
     obs_space, action_space = env_spaces(cfg.env)
     algo.check_spaces(obs_space, action_space)  # the wrong kind of env is the first thing to say
+    check_user_model(algo, obs_space, action_space, cfg)  # model._target_: one build, one forward
     check_samplers(topo, cfg.algo.name, algo.reads_dataset)
     algo.validate(cfg)
     run_dir = Path(run_dir)
@@ -158,18 +186,19 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
             print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
                   f"iteration {counters['iterations']}", flush=True)
         metrics = make_sinks(cfg, run_dir, resumed=ckpt is not None, on_ray=not topo.local)
-        evaluation = Evaluation(cfg, lambda: fleet) if cfg.eval.every_env_steps else None
+        evaluation = (Evaluation(cfg, lambda: fleet, run_dir, metrics.media)
+                      if cfg.eval.every_env_steps else None)
         if evaluation is not None:
             metrics.also_close.append(evaluation)
     except BaseException:
         fleet.shutdown()
         raise
-    OmegaConf.save(cfg, run_dir / "config.yaml")  # only once the run has passed its checks
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # once the run has passed its checks
     if overrides is not None:
         (run_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
     window = ReturnWindow(cfg.run.return_window, counters.get("recent_returns"))
     progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
-    state = {"counters": counters, "last_saved_iteration": counters["iterations"]}
+    state = {"counters": counters, "last_saved_iteration": counters["iterations"], "record": {}}
 
     def checkpoint() -> None:
         counters["recent_returns"] = list(window.returns)
@@ -203,6 +232,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
     with StopSignals() as signals:
         try:
             def report(record: dict) -> None:
+                state["record"] = record
                 metrics.write(record)
                 progress.update(record)
 
@@ -235,4 +265,4 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
                 fleet.shutdown()
     print(f"walle_ray: {label}: stopped ({stopped_by}) at {counters['env_steps']} env steps; "
           f"return {window.mean:.2f}; results in {run_dir.resolve()}", flush=True)
-    return RunResult(run_dir, counters, stopped_by, signals.exit_code)
+    return RunResult(run_dir, counters, stopped_by, signals.exit_code, dict(state["record"]))

@@ -1,0 +1,182 @@
+"""The Python API: train, load a trained policy, evaluate, from a user's own code.
+
+    import walle_ray
+
+    result = walle_ray.train(["algo=ppo", "env=cartpole", "topology=local"])
+    policy = walle_ray.load_policy(result.run_dir)
+    actions = policy.act(observations)           # [N, *obs_shape] -> [N, ...]
+    walle_ray.evaluate(result.run_dir, episodes=10)
+
+Everything heavy is imported inside the functions, so ``import walle_ray`` stays light
+(memory processes import the package without torch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+
+def compose_overrides(overrides: Iterable[str] | None, settings: dict[str, Any]) -> list[str]:
+    """Hydra overrides from a list of ``key=value`` strings and keyword settings: a group
+    option (``algo="impala"``), a nested mapping (``run={"seed": 1}``) or a dotted key
+    passed as ``**{"run.seed": 1}``."""
+    out = list(overrides or ())
+
+    def add(key: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for sub, item in value.items():
+                add(f"{key}.{sub}", item)
+            return
+        out.append(f"{key}={_override_value(value)}")
+
+    for key, value in settings.items():
+        add(key, value)
+    return out
+
+
+def _override_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple, dict)):
+        import json
+
+        return json.dumps(value)  # JSON lists and mappings are valid override values
+    return str(value)
+
+
+def train(overrides: Iterable[str] | None = None, *, config_dir: str | Path | None = None,
+          run_dir: str | Path | None = None, **settings: Any):
+    """Run one training run, as ``python -m walle_ray <overrides>`` would, and return its
+    ``RunResult``: ``run_dir``, ``counters`` (env steps, iterations, episodes, wall time),
+    ``metrics`` (the last record, as written to ``metrics.jsonl``), ``stopped_by`` (budget,
+    wall, return or signal) and ``exit_code``.
+
+    ``overrides`` are the command line's ``key=value`` words; keyword ``settings`` add more
+    (``algo="impala"``, ``run={"total_env_steps": 20_000}``). ``config_dir`` adds a directory
+    of the user's own env, algo, preset or topology files (the command line's
+    ``--config-dir``). ``run_dir`` replaces the dated directory under ``runs/``.
+    Bad settings raise ``walle_ray.ConfigError`` with the key named. A local Ray instance the
+    run starts is shut down when it ends.
+    """
+    import ray
+
+    from walle_ray.runtime.train import train as run_training
+
+    cfg, run_dir, stored = _compose(compose_overrides(overrides, settings), config_dir, run_dir)
+    if cfg.mode != "train":
+        from walle_ray.config import ConfigError
+
+        raise ConfigError("mode: walle_ray.train trains; use walle_ray.evaluate for mode=eval")
+    started_ray = not ray.is_initialized()
+    try:
+        return run_training(cfg, run_dir, stored)
+    finally:
+        if started_ray and ray.is_initialized():
+            ray.shutdown()
+
+
+def _compose(overrides: list[str], config_dir, run_dir):
+    """The job config, its run directory and the overrides to store for ``run.resume``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    from walle_ray.config import CONF_DIR, ConfigError, register_configs
+    from walle_ray.runtime.args import announce_preset, rewrite_args
+
+    dirs = [Path(config_dir).resolve()] if config_dir is not None else []
+    for folder in dirs:
+        if not folder.is_dir():
+            raise ConfigError(f"config_dir: {folder} is not a directory")
+    overrides = rewrite_args(overrides, [CONF_DIR, *dirs])
+    if dirs:
+        overrides.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in dirs) + "]")
+    register_configs()
+    GlobalHydra.instance().clear()  # a Hydra app in this process (a test, a notebook) may hold it
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        try:
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        except Exception as exc:  # Hydra's own errors name the override
+            raise ConfigError("; ".join(line.strip() for line in str(exc).strip().splitlines()
+                                        if line.strip())) from None
+    hydra_dir = Path(cfg.hydra.run.dir)
+    announce_preset(cfg.hydra.runtime.choices.get("preset"),
+                    [Path(s.path) for s in cfg.hydra.runtime.config_sources if s.schema == "file"])
+    with open_dict(cfg):
+        del cfg["hydra"]
+    stored = [o for o in overrides if not o.startswith("hydra.run.dir=")]
+    return cfg, Path(run_dir) if run_dir is not None else hydra_dir, stored
+
+
+class Policy:
+    """A trained policy for a user's own code: ``act(obs)`` takes a batch of observations
+    (numpy, ``[N, *obs_shape]``, or one observation ``[*obs_shape]``) and returns the
+    actions as numpy (``[N, ...]``, or one action). Greedy unless loaded with
+    ``deterministic=False``. Runs in this process on the CPU; no Ray.
+
+    ``observation_space`` and ``action_space`` are those of the env it was trained on (as the
+    samplers saw them: flattened when the env's were Dict or Tuple); ``env_steps`` and
+    ``version`` say how far it was trained; ``config`` is the run's config.
+    """
+
+    def __init__(self, acting, observation_space, action_space, config: dict, env_steps: int,
+                 version: int):
+        self._acting = acting
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.config = config
+        self.env_steps = env_steps
+        self.version = version
+        self._obs_shape = tuple(observation_space.shape)
+        self._obs_dtype = np.dtype(observation_space.dtype)
+        if np.issubdtype(self._obs_dtype, np.floating):
+            self._obs_dtype = np.dtype(np.float32)
+
+    def act(self, obs) -> np.ndarray:
+        obs = np.asarray(obs, dtype=self._obs_dtype)
+        single = obs.shape == self._obs_shape
+        if single:
+            obs = obs[None]
+        if obs.shape[1:] != self._obs_shape:
+            raise ValueError(f"observations of shape {obs.shape}; this policy takes "
+                             f"[N, {', '.join(map(str, self._obs_shape))}]")
+        actions = np.asarray(self._acting.act(np.ascontiguousarray(obs)))
+        return actions[0] if single else actions
+
+
+def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 0) -> Policy:
+    """The policy of a checkpoint file or run directory (its ``checkpoints/last.pt``), built
+    as the run's evaluation builds it. The env's modules (``env.imports``, an
+    ``env.entry_point``, a ``module:EnvId`` id) and a user network (``model._target_``) are
+    imported here, so they must be importable in this process."""
+    from walle_ray.algos import algorithm_of
+    from walle_ray.envs import env_spaces
+    from walle_ray.runtime.checkpoint import load_checkpoint
+    from walle_ray.runtime.evaluate import typed_sections
+    from omegaconf import OmegaConf
+
+    ckpt = load_checkpoint(Path(checkpoint))
+    trained = OmegaConf.create(ckpt["config"])
+    algo = algorithm_of(OmegaConf.to_container(trained.algo))
+    sections = typed_sections(trained, algo.config_cls)
+    obs_space, action_space = env_spaces(sections.env)
+    acting = algo.eval_policy(obs_space, action_space, sections, seed, deterministic)
+    acting.set_weights({k: v.numpy() for k, v in ckpt["learner"]["model"].items()})
+    return Policy(acting, obs_space, action_space, ckpt["config"], int(ckpt["counters"]["env_steps"]),
+                  int(ckpt["learner"]["version"]))
+
+
+def evaluate(checkpoint: str | Path, episodes: int = 10, deterministic: bool = True,
+             seed: int = 1, video_dir: str | Path | None = None) -> dict:
+    """Run ``episodes`` whole episodes of the checkpoint's env with its policy, as
+    ``mode=eval`` does; returns ``return_mean``, ``return_std``, ``returns``, ``lengths``
+    and ``videos`` (MP4 paths, when ``video_dir`` is given)."""
+    from walle_ray.runtime.evaluate import evaluate_checkpoint
+
+    return evaluate_checkpoint(Path(checkpoint), episodes, seed, deterministic,
+                               Path(video_dir) if video_dir is not None else None)

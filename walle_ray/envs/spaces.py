@@ -1,0 +1,101 @@
+"""Dict and Tuple observations as one float vector: ``FlatSpace``.
+
+Samplers, writers, memories and learners handle one array per observation batch. A Dict or
+Tuple observation is therefore flattened as it leaves the env (gymnasium's ``flatten``:
+Boxes flattened, Discrete parts one-hot) and every part of the framework sees a 1-D float32
+Box. The space keeps the original structure, so a user's network can take the observation
+apart again with ``unflatten``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Where one sub-space lies in the flat vector, and the shape it takes back."""
+
+    start: int  # first column of the part
+    stop: int  # one past its last column
+    shape: tuple  # trailing shape of the unflattened part (one-hot columns for Discrete)
+    children: Union["_Layout", None]  # a nested Dict's or Tuple's layout (same columns), else None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The parts of a Dict (``keys`` set) or a Tuple (``keys`` None), in flattening order."""
+
+    keys: Union[tuple, None]
+    parts: tuple
+
+
+def _layout(space: gym.Space, offset: int = 0) -> _Layout:
+    subspaces = space.spaces
+    items = list(subspaces.items()) if isinstance(space, gym.spaces.Dict) else list(enumerate(subspaces))
+    parts = []
+    for _, sub in items:
+        size = gym.spaces.flatdim(sub)
+        nested = isinstance(sub, (gym.spaces.Dict, gym.spaces.Tuple))
+        parts.append(_Part(offset, offset + size, _part_shape(sub, size),
+                           _layout(sub, offset) if nested else None))
+        offset += size
+    keys = tuple(k for k, _ in items) if isinstance(space, gym.spaces.Dict) else None
+    return _Layout(keys, tuple(parts))
+
+
+def _part_shape(sub: gym.Space, size: int) -> tuple:
+    """Box and MultiBinary parts take their own shape back; one-hot parts (Discrete,
+    MultiDiscrete) stay the flat columns gymnasium wrote."""
+    if isinstance(sub, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return tuple(sub.shape)
+    return (size,)
+
+
+class FlatSpace(gym.spaces.Box):
+    """The flattened view of a Dict or Tuple space: a 1-D float32 Box of
+    ``gymnasium.spaces.flatdim(source)`` columns, laid out as ``gymnasium.spaces.flatten``
+    writes them. ``source`` is the original space; ``unflatten`` takes a batch apart."""
+
+    def __init__(self, source: gym.Space):
+        if not isinstance(source, (gym.spaces.Dict, gym.spaces.Tuple)):
+            raise TypeError(f"FlatSpace flattens Dict and Tuple spaces; got {source}")
+        if not source.is_np_flattenable:
+            raise TypeError(f"{source} cannot be flattened to one vector (it holds a space of "
+                            "variable size, such as Sequence, Graph or Text)")
+        flat = gym.spaces.flatten_space(source)
+        super().__init__(flat.low.astype(np.float32), flat.high.astype(np.float32),
+                         dtype=np.float32)
+        self.source = source
+        self.layout = _layout(source)
+
+    def unflatten(self, x):
+        """x [..., D] (a torch tensor or numpy array) -> the source's structure: a dict
+        (Dict) or tuple (Tuple) of views [..., *part_shape]; Box and MultiBinary parts in
+        their own shape, Discrete and MultiDiscrete parts one-hot, nested spaces nested."""
+        return _unflatten(self.layout, x)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FlatSpace) and self.source == other.source
+
+    def __hash__(self) -> int:
+        return hash(("FlatSpace", repr(self.source)))
+
+    def __repr__(self) -> str:
+        return f"FlatSpace({self.shape[0]} columns of {self.source})"
+
+
+def _unflatten(layout: _Layout, x):
+    lead = tuple(x.shape[:-1])
+    parts = [_unflatten(p.children, x) if p.children is not None
+             else x[..., p.start:p.stop].reshape(*lead, *p.shape) for p in layout.parts]
+    return tuple(parts) if layout.keys is None else dict(zip(layout.keys, parts))
+
+
+def flattens(space: gym.Space) -> bool:
+    """Whether observations of this space are flattened into a ``FlatSpace``."""
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
