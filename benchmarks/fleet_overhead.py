@@ -51,7 +51,8 @@ from walle_ray.models import make_actor_critic
 from walle_ray.runtime.fleet import pins_samplers
 from walle_ray.runtime.preload import worker_runtime_env
 from walle_ray.algos.spec import fragment_sampler_args
-from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
+from walle_ray.actors.sampler import Sampler
+from walle_ray.runtime.remote import MemoryRef, RemoteParameterServer, RemoteSampler, SlotSpec
 from walle_ray.topology import parse_topology, plan_resources
 
 
@@ -104,11 +105,12 @@ def start_samplers(env_cfg, model_cfg, ps, n: int, length: int, memory=None) -> 
     topo = parse_topology(f"{n}a1m1l")
     plan = plan_resources(topo, ray.cluster_resources().get("CPU", 0))
     defaults = OmegaConf.create({"topology": OmegaConf.structured(TopologyConfig)})
-    pin = pins_samplers(defaults, topo, plan.cluster_cpus)
+    pin = pins_samplers(defaults, n, plan.cluster_cpus)
     samplers = [RemoteSampler.options(num_cpus=plan.sampler_cpus, runtime_env=worker_runtime_env()).remote(
-        ps, *fragment_sampler_args(env_cfg, model_cfg, length, GAMMA, i, i,
-                                   bootstrap_value=memory is None),
-        memory=memory, pin=i if pin else None) for i in range(n)]
+        ps, [SlotSpec(Sampler, fragment_sampler_args(env_cfg, model_cfg, length, GAMMA, i, i,
+                                                     bootstrap_value=memory is None),
+                      memory=MemoryRef(memory, 0) if memory is not None else None)],
+        pin=i if pin else None) for i in range(n)]
     ray.get([s.ready.remote() for s in samplers])
     return samplers
 

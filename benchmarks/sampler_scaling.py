@@ -36,7 +36,9 @@ from common import write_result
 from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.envs import env_spaces
 from walle_ray.models import make_actor_critic
-from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
+from walle_ray.actors.sampler import Sampler
+from walle_ray.algos.spec import fragment_sampler_args
+from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler, SlotSpec
 
 NAME = "sampler_scaling"
 EFFICIENCY_TARGET = 0.85
@@ -70,7 +72,7 @@ def collect_round(samplers: list) -> list[dict]:
     The rollout refs die with this frame, so the fragments do not pile up in the store.
     """
     outs = [s.collect.remote(0) for s in samplers]
-    return ray.get([stats for _, stats in outs])
+    return [stats for [stats] in ray.get([stats for _, stats in outs])]
 
 
 def measure(n: int, ps, env_cfg: DictConfig, model_cfg: DictConfig, args) -> dict:
@@ -78,7 +80,8 @@ def measure(n: int, ps, env_cfg: DictConfig, model_cfg: DictConfig, args) -> dic
     cpus = sampler_cpus(n, args.cpus)
     length = math.ceil(args.batch / n) if args.batch else args.fragment_length
     samplers = [RemoteSampler.options(num_cpus=cpus).remote(
-        ps, env_cfg, model_cfg, length, GAMMA, i, args.seed) for i in range(n)]
+        ps, [SlotSpec(Sampler, fragment_sampler_args(env_cfg, model_cfg, length, GAMMA, i,
+                                                     args.seed))]) for i in range(n)]
     try:
         collect_round(samplers)  # waits for the actors to start and pull weights
         t0 = time.perf_counter()

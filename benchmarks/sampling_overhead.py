@@ -90,7 +90,9 @@ from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.envs import env_spaces, make_vector_env
 from walle_ray.models import ActorCritic, make_actor_critic
 from walle_ray.runtime.preload import worker_runtime_env
-from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler, pin_to_cpu
+from walle_ray.actors.sampler import Sampler
+from walle_ray.runtime.remote import (MemoryRef, RemoteParameterServer, RemoteSampler, SlotSpec,
+                                      pin_to_cpu)
 
 TARGET_OVERHEAD = 0.10
 ASK_SHARE = 1 / 2  # ray_stream asks for weights halfway through: the answer is never waited for
@@ -246,7 +248,8 @@ def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args)
     ps = RemoteParameterServer.options(num_cpus=0.01).remote()
     ray.get(ps.publish.remote(0, [ray.put(weights)]))
     worker = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
-        ps, *fragment_sampler_args(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed),
+        ps, [SlotSpec(Sampler, fragment_sampler_args(env_cfg, model_cfg, args.fragment_length,
+                                                     GAMMA, 0, args.seed))],
         pin=pin_slot(args))
     return ps, worker
 
@@ -255,7 +258,7 @@ def start_fleet(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, args)
 class Sink:
     """A memory that accepts every fragment and keeps none."""
 
-    def put(self, rollout) -> float:
+    def put(self, rollout, key: int = 0) -> float:
         return 0.0
 
 
@@ -310,7 +313,7 @@ def time_plain() -> dict:
 def fetch_fragment(worker) -> dict:
     """One fragment end to end: the collect call, then both results into this process."""
     rollout_ref, stats_ref = worker.collect.remote(0)
-    return ray.get([rollout_ref, stats_ref])[1]
+    return ray.get([rollout_ref, stats_ref])[1][0]
 
 
 def measure(env_cfg: DictConfig, args) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -356,9 +359,11 @@ def measure_actors(env_cfg: DictConfig, model_cfg: DictConfig, weights: dict, fr
     ps, worker = start_fleet(env_cfg, model_cfg, weights, args)
     sink = Sink.remote()
     streamer = RemoteSampler.options(num_cpus=SAMPLER_CPUS, runtime_env=worker_runtime_env()).remote(
-        ps, *fragment_sampler_args(env_cfg, model_cfg, args.fragment_length, GAMMA, 0, args.seed,
-                                   bootstrap_value=False),  # as IMPALA starts its samplers
-        memory=sink, pin=pin_slot(args))
+        ps, [SlotSpec(Sampler, fragment_sampler_args(env_cfg, model_cfg, args.fragment_length,
+                                                     GAMMA, 0, args.seed,
+                                                     bootstrap_value=False),  # as IMPALA's
+                      memory=MemoryRef(sink, 0))],
+        pin=pin_slot(args))
     bare_actor = BareActor.options(runtime_env=worker_runtime_env()).remote(
         env_cfg, model_cfg, weights, args.seed, pin_slot(args))
     bare_plain_actor = BareActor.remote(env_cfg, model_cfg, weights, args.seed, pin_slot(args))

@@ -14,6 +14,7 @@ from walle_ray.config import CONF_DIR
 from walle_ray.config import register_configs
 
 ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = str(ROOT / "tests" / "fixtures")  # a user's package, my_pkg, outside walle_ray/
 
 
 def make_cfg(*overrides: str):
@@ -21,6 +22,16 @@ def make_cfg(*overrides: str):
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         return compose("config", overrides=list(overrides))
+
+
+@pytest.fixture
+def on_path(monkeypatch):
+    """my_pkg importable in this process and in the processes a test starts; returns the
+    environment for ``run_cli``'s ``env``."""
+    monkeypatch.syspath_prepend(FIXTURES)
+    path = os.pathsep.join([FIXTURES, os.environ.get("PYTHONPATH", "")])
+    monkeypatch.setenv("PYTHONPATH", path)
+    return {"PYTHONPATH": path}
 
 
 @pytest.fixture(scope="session")

@@ -15,23 +15,17 @@ import walle_ray
 from walle_ray.config import CONF_DIR
 from walle_ray.runtime.args import rewrite_args
 
-from conftest import ROOT, make_cfg, run_cli
+from conftest import make_cfg, run_cli
 
-FIXTURES = str(ROOT / "tests" / "fixtures")
 SMALL = {"algo": {"batch_size": 256, "minibatch_size": 64}, "run": {"total_env_steps": 1500}}
-
-
-@pytest.fixture
-def on_path(monkeypatch):
-    monkeypatch.syspath_prepend(FIXTURES)
-    path = os.pathsep.join([FIXTURES, os.environ.get("PYTHONPATH", "")])
-    monkeypatch.setenv("PYTHONPATH", path)
-    return {"PYTHONPATH": path}
 
 
 def test_train_from_python_returns_the_run_and_its_policy_acts_in_a_fresh_process(
         on_path, tmp_path):
-    result = walle_ray.train(["env.id=my_pkg.envs:Corridor-v0", "topology=local"],
+    """A user's env and network, trained from Python; the checkpoint acts in another process,
+    which imports the user's modules itself."""
+    result = walle_ray.train(["env.id=my_pkg.envs:Corridor-v0", "topology=local",
+                              "model._target_=my_pkg.nets:MyActorCritic"],
                              run_dir=tmp_path / "run", **SMALL)
     assert result.stopped_by == "budget" and result.exit_code == 0
     assert result.run_dir == tmp_path / "run" and result.counters["env_steps"] >= 1500
@@ -44,6 +38,7 @@ def test_train_from_python_returns_the_run_and_its_policy_acts_in_a_fresh_proces
         import sys, numpy as np, walle_ray
         policy = walle_ray.load_policy({str(result.run_dir)!r})
         assert "ray" not in sys.modules
+        assert type(policy._acting.model.net).__name__ == "MyActorCritic"
         batch = policy.act(np.zeros((5, 1), np.float32))
         one = policy.act(np.zeros(1, np.float32))
         print(batch.shape, batch.dtype.kind, np.ndim(one), policy.env_steps)
@@ -75,15 +70,23 @@ def test_bad_settings_from_python_raise_config_error_naming_the_key(tmp_path):
     assert not (tmp_path / "a" / "checkpoints").exists()
 
 
-def test_keyword_settings_become_overrides():
-    from walle_ray.api import compose_overrides
+def test_keyword_settings_compose_like_the_command_line(tmp_path):
+    from walle_ray.api import _compose, compose_overrides
 
-    assert compose_overrides(["topology=local"], {"algo": "impala", "run": {"seed": 3,
-                                                                          "max_wall_s": None},
-                                                  "env.kwargs": {"faults": [[0, 1]]},
-                                                  "eval.video": True}) == [
-        "topology=local", "algo=impala", "run.seed=3", "run.max_wall_s=null",
-        "env.kwargs.faults=[[0, 1]]", "eval.video=true"]
+    settings = {"algo": "impala", "run": {"seed": 3, "max_wall_s": None},
+                "env.kwargs": {"faults": [[0, 1]]}, "eval.video": True,
+                "model": {"kwargs": {"width": 128}, "_target_": "my_pkg.nets:MyActorCritic"},
+                "env": {"wrappers": [{"_target_": "gymnasium.wrappers.ClipReward",
+                                      "max_reward": 1.0}]},
+                "logger": {"tags": ["a b", "it's"]}}
+    overrides = compose_overrides(["topology=local"], settings)
+    assert overrides[:4] == ["topology=local", "algo=impala", "run.seed=3", "run.max_wall_s=null"]
+    cfg, run_dir, _ = _compose(overrides, None, tmp_path)
+    assert run_dir == tmp_path and cfg.algo.name == "impala" and cfg.run.seed == 3
+    assert cfg.run.max_wall_s is None and cfg.eval.video is True
+    assert cfg.env.kwargs.faults == [[0, 1]] and cfg.model.kwargs.width == 128
+    assert cfg.model._target_ == "my_pkg.nets:MyActorCritic"
+    assert cfg.env.wrappers[0]["max_reward"] == 1.0 and list(cfg.logger.tags) == ["a b", "it's"]
 
 
 def test_an_env_without_a_config_file_gets_its_own_name_and_no_other_envs_preset():

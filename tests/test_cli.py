@@ -22,7 +22,7 @@ def metrics(run_dir):
 def test_help_lists_groups_and_options():
     out = run_cli("--help").stdout
     for text in ("algo: apex, apex_ddpg, ddpg, dqn, impala, ppo, ppo_kl, td3",
-                 "env: cartpole, halfcheetah, hopper, pendulum, pong", "32a4m4l", "local"):
+                 "env: cartpole, custom, halfcheetah, hopper, pendulum, pong", "32a4m4l", "local"):
         assert text in out
 
 
@@ -123,7 +123,7 @@ def test_signal_writes_checkpoint_and_metrics_then_exits(tmp_path, sig):
 def test_resuming_with_another_env_or_network_shape_is_refused(tmp_path):
     run_dir = tmp_path / "run"
     run_cli("topology=local", "run.total_env_steps=512", f"hydra.run.dir={run_dir}", *TINY)
-    for change, message in ((["env.id=Acrobot-v1"], "was trained on env 'CartPole-v1', not 'Acrobot-v1'"),
+    for change, message in ((["env.id=Acrobot-v1"], "was trained on env.id='CartPole-v1', not 'Acrobot-v1'"),
                             (["model.hidden=[32]"], "does not fit this model")):
         proc = run_cli(f"run.resume={run_dir}", *change, check=False, timeout=120)
         assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -161,3 +161,24 @@ def test_a_fleet_without_samplers_learns_from_its_memories(monkeypatch):
         assert fleet.learner.version == cfg.algo.updates_per_call
     finally:
         fleet.shutdown()
+
+
+@pytest.mark.parametrize("algo", ["impala", "ppo"])
+def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo):
+    """On 2 CPUs, 4a2m2l runs as 2 sampler processes of 2 samplers each, and one learner
+    process for both shards; every logical sampler reports, and the run learns."""
+    import json
+
+    from conftest import run_cli
+
+    extra = (["run.report_every_s=1", "run.total_env_steps=30000"] if algo == "impala"
+             else ["algo.batch_size=256", "algo.minibatch_size=32", "run.total_env_steps=2048"])
+    out = run_cli(f"algo={algo}", "topology=4a2m2l", "run.ray_num_cpus=2", "~preset",
+                  "logger.progress=line", f"hydra.run.dir={tmp_path}", *extra, timeout=240).stdout
+    assert ("4 samplers in 2 processes (2 each), 2 memories in 2 processes, 2 learners in "
+            "1 process (2 each) (topology.pack=auto)") in out
+    assert "stopped (budget)" in out
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["env_steps"] >= 2048 and records[-1]["faults/sampler_restarts"] == 0
+    assert any(r.get("updates", r.get("learn/policy_loss")) for r in records)
+    assert (tmp_path / "checkpoints" / "last.pt").is_file()

@@ -25,18 +25,18 @@ def test_priorities_round_trip_through_a_ray_memory_actor(ray_session):
 
     ray = ray_session
     memory = RemoteAsyncMemory.options(num_cpus=0.1).remote(
-        PrioritizedReplay, 64, 16, learning_starts=16, alpha=1.0, seed=0)
-    ray.get(memory.put.remote(transitions(32)))
-    batch = ray.get(memory.sample.remote())
+        {3: (PrioritizedReplay, (64, 16), dict(learning_starts=16, alpha=1.0, seed=0))})
+    ray.get(memory.put.remote(transitions(32), 3))
+    batch = ray.get(memory.sample.remote(3))
     assert batch.obs.shape == (16, 1) and np.allclose(batch.weight, 1.0)  # equal priorities
     # One transition gets almost all the priority; the shard serves mostly it afterwards.
     favourite = int(batch.index[0])
     new = np.where(batch.index == favourite, 1000.0, 1e-3).astype(np.float32)
-    assert ray.get(memory.feedback.remote(Priorities(batch.index, new))) == 16
-    again = ray.get(memory.sample.remote())
+    assert ray.get(memory.feedback.remote(Priorities(batch.index, new), 3)) == 16
+    again = ray.get(memory.sample.remote(3))
     assert (again.index == favourite).mean() > 0.8
     assert again.weight[again.index == favourite].max() < 0.1  # importance weights correct for it
-    stats = ray.get(memory.stats.remote())
+    stats = ray.get(memory.stats.remote())[3]
     assert stats["inserted"] == 32 and stats["sampled"] == 32 and stats["priority_updates"] == 16
     ray.kill(memory)
 

@@ -233,17 +233,26 @@ def test_gaussian_policy_has_state_independent_log_std():
     assert torch.allclose(params[:, 2:], torch.full((5, 2), -0.5))
 
 
+def counting_slot(fragment_length: int, index: int = 0):
+    """A sampler process's slot: PPO's sampler on the counting env."""
+    from walle_ray.actors.sampler import Sampler
+    from walle_ray.runtime.remote import SlotSpec
+
+    args = fragment_sampler_args(counting(), OmegaConf.structured(ModelConfig()), fragment_length,
+                                 0.99, index, 0)
+    return SlotSpec(Sampler, args)
+
+
 def test_sampler_worker_pulls_published_weights(ray_session):
     from walle_ray.runtime.remote import RemoteParameterServer, RemoteSampler
 
     ray = ray_session
     ps = RemoteParameterServer.remote()
-    worker = RemoteSampler.options(num_cpus=0.1).remote(
-        ps, *fragment_sampler_args(counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0))
+    worker = RemoteSampler.options(num_cpus=0.1).remote(ps, [counting_slot(4)])
     weights = make_sampler().policy.model.get_weights()
     ray.get(ps.publish.remote(7, [ray.put(weights)]))
     rollout_ref, stats_ref = worker.collect.remote()
-    rollout, stats = ray.get([rollout_ref, stats_ref], timeout=60)
+    rollout, [stats] = ray.get([rollout_ref, stats_ref], timeout=60)
     assert (rollout.version_b == 7).all() and stats["env_steps"] == 8
     ray.kill(worker)
     ray.kill(ps)
@@ -275,10 +284,8 @@ def test_pinned_sampler_runs_on_one_cpu_with_the_threads_it_starts(ray_session):
     ray = ray_session
     ps = RemoteParameterServer.remote()
     cpus = sorted(os.sched_getaffinity(0))
-    workers = [RemoteSampler.options(num_cpus=0.1).remote(
-        ps, *fragment_sampler_args(counting(), OmegaConf.structured(ModelConfig()), 4, 0.99, 0, 0),
-        pin=pin)
-        for pin in (None, len(cpus) + 1)]
+    workers = [RemoteSampler.options(num_cpus=0.1).remote(ps, [counting_slot(4)], pin=pin)
+               for pin in (None, len(cpus) + 1)]
     try:
         free, pinned = ray.get([w.__ray_call__.remote(_affinities) for w in workers], timeout=60)
     finally:
@@ -301,24 +308,41 @@ def test_streaming_sampler_takes_weights_asked_for_before_the_fragment_ended(ray
     ps = RemoteParameterServer.remote()
     box = [ray.put(make_sampler().policy.model.get_weights())]
     ray.get(ps.publish.remote(1, box))
-    worker = SamplerWorker(ps, *fragment_sampler_args(counting(), OmegaConf.structured(ModelConfig()), 8, 0.99, 0, 0))
-    pulls = []
-    blocking_pull = worker._pull
-    worker._pull = lambda sampler, *a: (pulls.append(sampler.version), blocking_pull(sampler, *a))
+    worker = SamplerWorker(ps, [counting_slot(8)])
+    fetches = []
+    blocking_fetch = worker._fetch
+    worker._fetch = lambda: (fetches.append(worker.version), blocking_fetch())
 
     def publish_then_ask():
         ray.get(ps.publish.remote(2, box))
         worker._ask()
 
     def fragment(ask):
-        return worker.slot.collect(worker._refresh, ask_at=6, ask=ask)[0].version_b[0]
+        return worker._slot(0).collect(worker._refresh, ask_at=6, ask=ask)[0].version_b[0]
 
-    assert fragment(publish_then_ask) == 1 and pulls == [-1]  # the first fragment pulls
-    assert fragment(worker._ask) == 2 and pulls == [-1]  # from the answer: no pull
-    assert fragment(worker._ask) == 2 and pulls == [-1]
-    worker.slot.rebuild()  # as after an env failure: the answer was for the old sampler
-    assert fragment(worker._ask) == 2 and pulls == [-1, -1]
-    ray.kill(ps)
+    assert fragment(publish_then_ask) == 1 and fetches == [-1]  # the first fragment pulls
+    assert fragment(worker._ask) == 2 and fetches == [-1]  # from the answer: no pull
+    assert fragment(worker._ask) == 2 and fetches == [-1]
+    worker._slot(0).rebuild()  # as after an env failure: it takes the process's weights
+    assert fragment(worker._ask) == 2 and fetches == [-1]
+
+
+def test_a_sampler_process_gives_each_of_its_samplers_the_weights_it_pulled_once(ray_session):
+    """A packed sampler process: its samplers keep their own envs and seeds, and all act with
+    the newest weights the process fetched, without a round trip each."""
+    from walle_ray.runtime.remote import RemoteParameterServer, SamplerWorker
+
+    ray = ray_session
+    ps = RemoteParameterServer.remote()
+    ray.get(ps.publish.remote(3, [ray.put(make_sampler().policy.model.get_weights())]))
+    worker = SamplerWorker(ps, [counting_slot(4, index=i) for i in (1, 5)])
+    fetches = []
+    blocking_fetch = worker._fetch
+    worker._fetch = lambda: (fetches.append(worker.version), blocking_fetch())
+    *fragments, stats = worker.collect(3, None)
+    assert [s["sampler"] for s in stats] == [1, 5] and fetches == [-1]
+    assert all((f.version_b == 3).all() for f in fragments)
+    assert [s.sampler.index for s in worker.slots] == [1, 5]
 
 
 @pytest.mark.parametrize("space", ["discrete", "box"])

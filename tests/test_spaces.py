@@ -4,7 +4,6 @@ observations flattened into a FlatSpace, and env.wrappers from a user's package
 
 from __future__ import annotations
 
-import os
 import pickle
 
 import gymnasium as gym
@@ -20,17 +19,9 @@ from walle_ray.envs import make_vector_env
 from walle_ray.envs.spaces import FlatSpace
 from walle_ray.models.heads import BernoulliHead, MultiCategoricalHead, make_action_head
 
-from conftest import ROOT, make_cfg, run_cli
-
-FIXTURES = str(ROOT / "tests" / "fixtures")
+from conftest import make_cfg, run_cli
 
 
-
-@pytest.fixture
-def on_path(monkeypatch):
-    """my_pkg importable here and in the processes a test starts."""
-    monkeypatch.syspath_prepend(FIXTURES)
-    return {"PYTHONPATH": os.pathsep.join([FIXTURES, os.environ.get("PYTHONPATH", "")])}
 
 
 HEADS = {"multi_discrete": lambda: MultiCategoricalHead([3, 2, 4]),

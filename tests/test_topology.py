@@ -71,8 +71,42 @@ def test_samplers_are_pinned_only_with_a_cpu_for_each():
 
     from walle_ray.runtime.fleet import pins_samplers
 
-    assert pins_samplers(make_cfg("topology=2a1m1l"), parse_topology("2a1m1l"), 2.0)
-    assert not pins_samplers(make_cfg("topology=4a1m1l"), parse_topology("4a1m1l"), 2.0)
-    assert pins_samplers(make_cfg("topology=4a1m1l"), parse_topology("4a1m1l"), 16.0)
+    assert pins_samplers(make_cfg("topology=2a1m1l"), 2, 2.0)
+    assert not pins_samplers(make_cfg("topology=4a1m1l"), 4, 2.0)
+    assert pins_samplers(make_cfg("topology=4a1m1l"), 4, 16.0)
     off = make_cfg("topology=2a1m1l", "topology.pin_samplers=false")
-    assert not pins_samplers(off, parse_topology("2a1m1l"), 2.0)
+    assert not pins_samplers(off, 2, 2.0)
+
+
+def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
+    from walle_ray.topology import plan_packing
+
+    t = parse_topology("32a4m4l")
+    two = plan_packing(t, 2)
+    assert two.samplers == (tuple(range(0, 32, 2)), tuple(range(1, 32, 2)))
+    assert two.memories == ((0, 2), (1, 3)) and two.learners == ((0, 1, 2, 3),)
+    assert two.packed and two.processes(t) == parse_topology("2a2m1l")
+    assert two.describe(t) == ("32 samplers in 2 processes (16 each), 4 memories in 2 processes "
+                               "(2 each), 4 learners in 1 process (4 each)")
+    eight = plan_packing(t, 8)
+    assert len(eight.samplers) == 8 and eight.learners == ((0, 2), (1, 3))  # equal shards each
+    # a CPU for each sampler and learner, or pack=off: one process per role
+    assert not plan_packing(t, 64).packed and not plan_packing(t, 2, "off").packed
+    assert len(plan_packing(t, 2, 4).samplers) == 4  # a number of sampler processes
+    # GPU learners and learners whose algorithm cannot pack them keep a process each
+    assert plan_packing(t, 2, learner_gpus=1).learners == ((0,), (1,), (2,), (3,))
+    assert plan_packing(t, 2, packs_learners=False).learners == ((0,), (1,), (2,), (3,))
+    assert plan_packing(parse_topology("2a1m1l"), 2).describe(parse_topology("2a1m1l")) == (
+        "2 samplers in 2 processes, 1 memory in 1 process, 1 learner in 1 process")
+    assert plan_packing(parse_topology("0a1m1l"), 2).samplers == ()
+
+
+def test_topology_pack_takes_auto_off_or_a_number():
+    from conftest import make_cfg
+
+    from walle_ray.config import validate
+
+    for value in ("auto", "off", "3"):
+        validate(make_cfg(f"topology.pack={value}"))
+    with pytest.raises(ConfigError, match=r"^topology\.pack: got 'some'; use auto, off or a"):
+        validate(make_cfg("topology.pack=some"))

@@ -1,7 +1,6 @@
 """A user's own environment, from a package outside walle_ray (tests/fixtures/my_pkg): the
 three ways to name it, in one process and through Ray, and the bad inputs."""
 
-import os
 
 import numpy as np
 import pytest
@@ -10,20 +9,13 @@ from omegaconf import OmegaConf
 from walle_ray.config import ConfigError, EnvConfig
 from walle_ray.envs import make_vector_env
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
-FIXTURES = str(ROOT / "tests" / "fixtures")
 FORMS = {
     "module:id": ["env.id=my_pkg.envs:Corridor-v0"],
     "imports": ["env.imports=[my_pkg.envs]", "env.id=Corridor-v0"],
     "entry_point": ["env.entry_point=my_pkg.envs:Corridor", "+env.kwargs={length: 3}"],
 }
-
-
-@pytest.fixture
-def on_path(monkeypatch):
-    monkeypatch.syspath_prepend(FIXTURES)
-    return {"PYTHONPATH": os.pathsep.join([FIXTURES, os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -3,7 +3,6 @@
 update on the roles ``topology=local`` builds; PPO with one trains through the command line,
 in one process and on Ray, and its checkpoint evaluates; broken ones are refused in one line."""
 
-import os
 
 import pytest
 
@@ -15,10 +14,9 @@ from walle_ray.learners import Learner
 from walle_ray.models.user import UserNetwork, check_user_model, load_target
 from walle_ray.topology import parse_topology
 
-from conftest import ROOT, make_cfg, run_cli
+from conftest import make_cfg, run_cli
 from test_algorithm_presets import check_eval_policy, fill_and_sample
 
-FIXTURES = str(ROOT / "tests" / "fixtures")
 CORRIDOR = ["env.id=my_pkg.envs:Corridor-v0", "~preset"]
 CONTINUOUS = ["env.id=walle/Continuous-v0", "~preset", "++env.kwargs={obs_dim: 3, act_dim: 2}"]
 SMALL = ["topology=local", "env.envs_per_sampler=2"]
@@ -44,12 +42,6 @@ PROTOCOLS = {"ppo": ActorCriticNet, "ppo_kl": ActorCriticNet, "impala": ActorCri
              "dqn": QNet, "td3": DeterministicNet, "ddpg": DeterministicNet}
 TINY_RUN = ["algo.batch_size=256", "algo.minibatch_size=64", "run.total_env_steps=1500",
             "model._target_=my_pkg.nets:MyActorCritic", *CORRIDOR]
-
-
-@pytest.fixture
-def on_path(monkeypatch):
-    monkeypatch.syspath_prepend(FIXTURES)
-    return {"PYTHONPATH": os.pathsep.join([FIXTURES, os.environ.get("PYTHONPATH", "")])}
 
 
 def checked(*overrides: str):
@@ -136,6 +128,8 @@ def test_a_target_must_name_module_and_object():
         validate(make_cfg("model._target_=MyNet"))
     with pytest.raises(ConfigError, match=r"^model\._target_: got 'my_pkg:'"):
         load_target("my_pkg:")
+    with pytest.raises(ConfigError, match=r"^model\.kwargs: are arguments for your own network"):
+        validate(make_cfg("+model.kwargs={width: 8}"))
 
 
 def test_ppo_with_a_user_network_trains_locally_and_evaluates(on_path, tmp_path):

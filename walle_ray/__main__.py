@@ -10,7 +10,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from walle_ray.config import CONF_DIR, ConfigError, register_configs
-from walle_ray.runtime.args import announce_preset, rewrite_args, user_config_dirs
+from walle_ray.runtime.args import (announce_preset, checked_config_dirs, rewrite_args,
+                                    searchpath_override, user_config_dirs)
 
 
 def _task(cfg: DictConfig) -> None:
@@ -31,7 +32,7 @@ def _task(cfg: DictConfig) -> None:
         stored = list(hydra_cfg.overrides.task)  # for run.resume, with the user's config dirs
         users = [d.resolve() for d in dirs if d.resolve() != CONF_DIR]
         if users:
-            stored.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in users) + "]")
+            stored.append(searchpath_override(users))
         result = train(cfg, Path(hydra_cfg.runtime.output_dir), stored)
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
@@ -46,10 +47,8 @@ def main() -> None:
                  "reinstall it")
     args = sys.argv[1:]
     try:
-        for folder in user_config_dirs(args):
-            if not folder.is_dir():
-                raise ConfigError(f"--config-dir: {folder} is not a directory")
-        sys.argv = [sys.argv[0], *rewrite_args(args, [CONF_DIR, *user_config_dirs(args)])]
+        dirs = checked_config_dirs(user_config_dirs(args), "--config-dir")
+        sys.argv = [sys.argv[0], *rewrite_args(args, [CONF_DIR, *dirs])]
     except ConfigError as exc:
         sys.exit(f"walle_ray: error: {exc}")
     register_configs()

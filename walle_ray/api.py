@@ -13,6 +13,7 @@ Everything heavy is imported inside the functions, so ``import walle_ray`` stays
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -21,32 +22,42 @@ import numpy as np
 
 def compose_overrides(overrides: Iterable[str] | None, settings: dict[str, Any]) -> list[str]:
     """Hydra overrides from a list of ``key=value`` strings and keyword settings: a group
-    option (``algo="impala"``), a nested mapping (``run={"seed": 1}``) or a dotted key
-    passed as ``**{"run.seed": 1}``."""
+    option (``algo="impala"``), a nested mapping (``run={"seed": 1}``), a dotted key passed
+    as ``**{"run.seed": 1}``, lists and mappings as values (``env={"wrappers": [...]}``).
+    A mapping under a ``kwargs`` key (``env.kwargs``, ``model.kwargs``) is passed whole: its
+    keys are the user's own, not the schema's."""
     out = list(overrides or ())
 
     def add(key: str, value: Any) -> None:
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict) and value and key.rsplit(".", 1)[-1] != "kwargs":
             for sub, item in value.items():
                 add(f"{key}.{sub}", item)
-            return
-        out.append(f"{key}={_override_value(value)}")
+        elif isinstance(value, dict):
+            out.append(f"++{key}={hydra_value(value)}")
+        else:
+            out.append(f"{key}={hydra_value(value)}")
 
     for key, value in settings.items():
         add(key, value)
     return out
 
 
-def _override_value(value: Any) -> str:
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override grammar."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, (list, tuple, dict)):
-        import json
-
-        return json.dumps(value)  # JSON lists and mappings are valid override values
-    return str(value)
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {hydra_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if re.fullmatch(r"[\w./:@+-]+", text) and text not in ("null", "true", "false"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def train(overrides: Iterable[str] | None = None, *, config_dir: str | Path | None = None,
@@ -87,15 +98,13 @@ def _compose(overrides: list[str], config_dir, run_dir):
     from omegaconf import open_dict
 
     from walle_ray.config import CONF_DIR, ConfigError, register_configs
-    from walle_ray.runtime.args import announce_preset, rewrite_args
+    from walle_ray.runtime.args import (announce_preset, checked_config_dirs, rewrite_args,
+                                        searchpath_override)
 
-    dirs = [Path(config_dir).resolve()] if config_dir is not None else []
-    for folder in dirs:
-        if not folder.is_dir():
-            raise ConfigError(f"config_dir: {folder} is not a directory")
+    dirs = checked_config_dirs([config_dir] if config_dir is not None else [], "config_dir")
     overrides = rewrite_args(overrides, [CONF_DIR, *dirs])
     if dirs:
-        overrides.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in dirs) + "]")
+        overrides.append(searchpath_override(dirs))
     register_configs()
     GlobalHydra.instance().clear()  # a Hydra app in this process (a test, a notebook) may hold it
     with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -116,7 +125,8 @@ def _compose(overrides: list[str], config_dir, run_dir):
 class Policy:
     """A trained policy for a user's own code: ``act(obs)`` takes a batch of observations
     (numpy, ``[N, *obs_shape]``, or one observation ``[*obs_shape]``) and returns the
-    actions as numpy (``[N, ...]``, or one action). Greedy unless loaded with
+    actions as numpy (``[N, ...]``, or one action), as values of ``action_space`` (a Box's
+    clipped to its bounds, a Discrete's shifted by its start). Greedy unless loaded with
     ``deterministic=False``. Runs in this process on the CPU; no Ray.
 
     ``observation_space`` and ``action_space`` are those of the env it was trained on (as the
@@ -138,6 +148,8 @@ class Policy:
             self._obs_dtype = np.dtype(np.float32)
 
     def act(self, obs) -> np.ndarray:
+        from walle_ray.envs.spaces import to_space
+
         obs = np.asarray(obs, dtype=self._obs_dtype)
         single = obs.shape == self._obs_shape
         if single:
@@ -145,7 +157,7 @@ class Policy:
         if obs.shape[1:] != self._obs_shape:
             raise ValueError(f"observations of shape {obs.shape}; this policy takes "
                              f"[N, {', '.join(map(str, self._obs_shape))}]")
-        actions = np.asarray(self._acting.act(np.ascontiguousarray(obs)))
+        actions = to_space(self.action_space, np.asarray(self._acting.act(np.ascontiguousarray(obs))))
         return actions[0] if single else actions
 
 

@@ -89,6 +89,10 @@ class TopologyConfig:
     # hands every step to its env thread and back: on one CPU, neither migrates. Turn it
     # off when several runs share a machine, or they pin to the same CPUs.
     pin_samplers: bool = True
+    # Logical roles packed into fewer processes when the cluster has fewer CPUs than the
+    # topology has samplers and learners: auto, off (one process per role), or a number of
+    # sampler processes (README, "Topology")
+    pack: str = "auto"
 
 
 @dataclass
@@ -185,13 +189,16 @@ def env_name(env_id: str, entry_point: Optional[str] = None) -> str:
     return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_") or "env"
 
 
+# conf/env/custom.yaml names an env by its id. Registered on import, so any process that reads
+# a config (a learner receives the driver's) can resolve it.
+OmegaConf.register_new_resolver("walle_env_name", lambda env_id, entry_point=None:
+                                env_name(env_id, entry_point), replace=True)
+
+
 def register_configs() -> None:
-    """Register the root schema, every algorithm's schema and the ``walle_env_name``
-    resolver (``conf/env/custom.yaml``) with Hydra."""
+    """Register the root schema and every algorithm's schema with Hydra."""
     from walle_ray.algos import ALGORITHMS
 
-    OmegaConf.register_new_resolver("walle_env_name", lambda env_id, entry_point=None:
-                                    env_name(env_id, entry_point), replace=True)
     cs = ConfigStore.instance()
     cs.store(name="walle_config", node=Config)
     for name, algo in ALGORITHMS.items():
@@ -239,6 +246,8 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
     _require(target is None or (bool(target.strip()) and ("." in target or ":" in target)
                                 and not target.startswith((".", ":"))),
              "model._target_", f"got {target!r}; write it as 'package.module:ClassOrFunction'")
+    _require(target is not None or not cfg.model.kwargs, "model.kwargs",
+             "are arguments for your own network; set model._target_ too, or leave them out")
     _require(cfg.logger.name in ("console", "wandb"), "logger.name",
              f"got {cfg.logger.name!r}; use console (metrics.jsonl and the progress line) "
              "or wandb (the same, plus Weights & Biases); for TensorBoard choose "
@@ -254,6 +263,9 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
         value = cfg.topology[key]
         _require(value is None or value > 0, f"topology.{key}", "must be positive (or null)")
     parse_topology(cfg.topology.spec)
+    pack = str(cfg.topology.pack)
+    _require(pack in ("auto", "off") or (pack.isdigit() and int(pack) > 0), "topology.pack",
+             f"got {pack!r}; use auto, off or a positive number of sampler processes")
     algo = algorithm_for(cfg.algo)
     snapshots = algo.memory_spec is not None and hasattr(algo.memory_spec(cfg, 0)[0], "state_dict")
     _require(not cfg.memory.checkpoint or snapshots, "memory.checkpoint",

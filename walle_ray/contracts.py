@@ -151,6 +151,8 @@ class ActorCriticNet(Protocol):
       ``P = make_action_head(action_space).param_dim`` (``walle_ray/models/heads.py``):
       logits [N, n] for ``Discrete(n)``; for a 1-D ``Box`` of d dims the means, then the
       log-stds, [N, 2d] (a state-independent log-std is an ``nn.Parameter`` expanded to N);
+      for ``MultiDiscrete(nvec)`` each component's logits concatenated, [N, sum(nvec)]; for
+      ``MultiBinary(n)`` one logit per bit, [N, n];
     - ``value`` [N] (or [N, 1]): the state value.
 
     Both must depend on parameters (gradients flow into them). The network computes both in

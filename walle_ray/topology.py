@@ -121,3 +121,75 @@ def check_samplers(topo: Topology, algo_name: str, reads_dataset: bool) -> None:
         raise ConfigError(
             f"topology {topo}: algo={algo_name} learns from what samplers collect, and this "
             f"topology has none; give it at least one (e.g. 1a{topo.memories}m{topo.learners}l)")
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Which logical roles share a process: ``samplers[p]`` are the logical samplers process p
+    runs (each keeps its envs, seed, memory and fault accounting), ``memories[q]`` the
+    memories of memory process q, ``learners[g]`` the learner shards of learner process g
+    (a process with several computes the mean gradient over their batches, as the
+    all-reduce of one process per shard would)."""
+
+    samplers: tuple[tuple[int, ...], ...]
+    memories: tuple[tuple[int, ...], ...]
+    learners: tuple[tuple[int, ...], ...]
+
+    @property
+    def packed(self) -> bool:
+        return any(len(g) > 1 for g in (*self.samplers, *self.memories, *self.learners))
+
+    def processes(self, topo: Topology) -> Topology:
+        """The process counts, as a topology (what the resource plan shares CPUs among)."""
+        return Topology(samplers=len(self.samplers), memories=len(self.memories),
+                        learners=len(self.learners), param_servers=topo.param_servers)
+
+    def describe(self, topo: Topology) -> str:
+        """'32 samplers in 2 processes (16 each), 4 memories in 1, 4 learners in 1'."""
+        parts = []
+        for (one, many), groups, count in ((("sampler", "samplers"), self.samplers, topo.samplers),
+                                           (("memory", "memories"), self.memories, topo.memories),
+                                           (("learner", "learners"), self.learners, topo.learners)):
+            sizes = sorted({len(g) for g in groups})
+            each = f" ({'-'.join(map(str, sizes))} each)" if sizes and sizes != [1] else ""
+            procs = f"{len(groups)} process{'es' if len(groups) != 1 else ''}"
+            parts.append(f"{count} {one if count == 1 else many} in {procs}{each}")
+        return ", ".join(parts)
+
+
+def _groups(count: int, processes: int) -> tuple[tuple[int, ...], ...]:
+    """``count`` logical roles dealt round robin into ``processes`` groups."""
+    processes = max(1, min(count, processes)) if count else 0
+    return tuple(tuple(range(p, count, processes)) for p in range(processes))
+
+
+def _divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` not above ``limit`` (at least 1)."""
+    return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
+
+
+def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
+                 learner_gpus: float = 0.0, packs_learners: bool = True) -> Packing:
+    """How the logical roles of ``topo`` map onto processes (``topology.pack``).
+
+    ``off``: one process per role. ``auto``: the same when the cluster has a CPU for each
+    sampler and learner; else samplers share as many processes as the cluster has whole
+    CPUs, memories as many as the samplers' processes, and CPU learners a quarter of the
+    CPUs (GPU learners keep one process each). A number N packs samplers into N processes and
+    memories into at most N, learners as ``auto``. Learner shards are packed only in equal
+    numbers per process (so the mean of the processes' gradients is the mean over every
+    shard), and only for algorithms whose update takes several batches at once
+    (``packs_learners``).
+    """
+    cpus = max(1, int(cluster_cpus))
+    if pack == "off" or (pack == "auto" and cluster_cpus >= topo.samplers + topo.learners):
+        sampler_procs, memory_procs, learner_procs = topo.samplers, topo.memories, topo.learners
+    else:
+        sampler_procs = cpus if pack == "auto" else int(pack)
+        memory_procs = min(topo.memories, max(1, min(sampler_procs, topo.samplers)))
+        learner_procs = topo.learners
+        if learner_gpus <= 0 and packs_learners:
+            learner_procs = _divisor_at_most(topo.learners, max(1, cpus // 4))
+    return Packing(samplers=_groups(topo.samplers, sampler_procs),
+                   memories=_groups(topo.memories, memory_procs),
+                   learners=_groups(topo.learners, learner_procs))

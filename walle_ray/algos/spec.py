@@ -26,6 +26,11 @@ class Algorithm:
     so samplers skip that value (``FragmentWriter(bootstrap_value=False)``);
     ``reads_dataset``: its memories serve recorded data, so a topology with no samplers
     (``0a1m1l``) is legal for it.
+    ``packed_learner(cfg, shards)``: the config of one learner process that learns for
+    ``shards`` learner shards at once (``topology.pack``), given a batch from each per
+    update, so that its gradient is the mean the shards' all-reduce would compute; None:
+    its learners are never packed (an update that sends feedback to the one memory that
+    served its batch).
 
     The algorithm builds its roles, so the runtime never asks which algorithm it runs:
     ``sampler_spec(cfg, topo, i)`` and ``memory_spec(cfg, k)`` give the class of sampler i
@@ -55,6 +60,7 @@ class Algorithm:
     sampler_spec: Callable[..., tuple[type, tuple, dict]] = None  # type: ignore[assignment]
     memory_spec: Optional[Callable[..., tuple[type, tuple, dict]]] = None
     eval_policy: Callable[..., Any] = None  # type: ignore[assignment]
+    packed_learner: Optional[Callable[[DictConfig, int], DictConfig]] = None
 
     def __post_init__(self) -> None:
         if self.make_model is None:
@@ -213,9 +219,11 @@ def check_discrete(algo_name: str) -> Callable[[gym.Space, gym.Space], None]:
         from walle_ray.config import ConfigError
 
         if not isinstance(action_space, gym.spaces.Discrete):
+            other = ("algo=ppo or algo=impala" if isinstance(
+                action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
+                else "algo=td3, algo=ddpg or algo=ppo")
             raise ConfigError(f"{algo_name} needs a discrete action space (gymnasium Discrete); "
-                              f"this env has {action_space}. For continuous actions use "
-                              "algo=td3, algo=ddpg or algo=ppo")
+                              f"this env has {action_space}. For these actions use {other}")
 
     return check
 

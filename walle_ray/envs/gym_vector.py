@@ -37,6 +37,8 @@ class GymVectorEnv:
         # as numpy rows of the space's dtype, shifted by its start.
         self._int_actions = isinstance(self.action_space, gym.spaces.Discrete)
         self._action_start = getattr(self.action_space, "start", 0)
+        if self._int_actions:
+            self._action_start = int(self._action_start)
         self._obs_dtype = (np.float32 if np.issubdtype(self.observation_space.dtype, np.floating)
                            else self.observation_space.dtype)
         self._final_obs = np.zeros((num_envs, *self.observation_space.shape), self._obs_dtype)
@@ -65,7 +67,7 @@ class GymVectorEnv:
         if self._box_actions:
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         elif self._int_actions:  # Python ints take the quick path of Discrete.contains, which CartPole asserts
-            actions = actions.tolist()
+            actions = (actions + self._action_start if self._action_start else actions).tolist()
         else:
             actions = (actions + self._action_start).astype(self.action_space.dtype)
         returns, lengths = self._returns, self._lengths

@@ -99,3 +99,13 @@ def _unflatten(layout: _Layout, x):
 def flattens(space: gym.Space) -> bool:
     """Whether observations of this space are flattened into a ``FlatSpace``."""
     return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+def to_space(space: gym.Space, actions: np.ndarray) -> np.ndarray:
+    """Actions as an action head gives them (a batch), as values of ``space``: a Box's clipped
+    to its bounds, Discrete and MultiDiscrete ones shifted by the space's start, MultiBinary
+    ones in its dtype (what ``walle_ray.load_policy`` hands a user)."""
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(actions, space.low, space.high)
+    start = getattr(space, "start", 0)
+    return (actions + start if np.any(start) else actions).astype(space.dtype, copy=False)

@@ -58,17 +58,20 @@ def prepare(cfg) -> str:
     return cfg.id
 
 
-def _resolve(target: object, key: str) -> Callable:
+def resolve_target(target: object, key: str) -> Callable:
     """The class or function a ``_target_`` names: 'package.module.Name' or
-    'package.module:Name'."""
+    'package.module:Name' ('package.module:Outer.Inner' too); its module is imported here,
+    and a one-line ConfigError names ``key`` when it cannot be."""
     if not isinstance(target, str) or not target:
         raise ConfigError(f"{key}: got {target!r}; name a class or function, e.g. "
-                          "gymnasium.wrappers.FlattenObservation or my_pkg.wrappers:MyWrapper")
+                          "my_pkg.module:ClassOrFunction")
     module, sep, name = target.partition(":") if ":" in target else target.rpartition(".")
     if not sep or not module or not name:
-        raise ConfigError(f"{key}: got {target!r}; write it as 'package.module.Name' or "
-                          "'package.module:Name'")
-    found = getattr(_import(module, key), name, None)
+        raise ConfigError(f"{key}: got {target!r}; write it as 'package.module:ClassOrFunction' "
+                          "or 'package.module.ClassOrFunction'")
+    found = _import(module, key)
+    for part in name.split("."):
+        found = getattr(found, part, None)
     if not callable(found):
         raise ConfigError(f"{key}: module {module!r} has no class or function {name!r}")
     return found
@@ -87,7 +90,7 @@ def wrapper_factories(items) -> list[Callable[[gym.Env], gym.Env]]:
             raise ConfigError(f"{key}: got {item!r}; write each wrapper as "
                               "{_target_: package.module.Wrapper, <keyword>: <value>, ...}")
         kwargs = {k: v for k, v in item.items() if k != "_target_"}
-        factories.append(partial(_wrap, _resolve(item["_target_"], f"{key}._target_"), kwargs, key))
+        factories.append(partial(_wrap, resolve_target(item["_target_"], f"{key}._target_"), kwargs, key))
     return factories
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Iterable
 
@@ -13,6 +14,13 @@ class Collective:
 
     rank = 0
     world_size = 1
+    wait_s = 0.0  # seconds spent in reductions since the last ``take_wait_s``
+
+    def take_wait_s(self) -> float:
+        """The seconds spent in reductions (waiting for the other learners, and the
+        transfer) since the last call; the learner reports them as ``sync_wait_s``."""
+        wait_s, self.wait_s = self.wait_s, 0.0
+        return wait_s
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         return t
@@ -48,9 +56,18 @@ class TorchCollective(Collective):
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
 
+    def _all_reduce(self, t: torch.Tensor, **kwargs) -> None:
+        """``dist.all_reduce``, timed: the learner that arrives first waits here for the
+        others, which is what the bottleneck report calls waiting for the other learners.
+        NCCL returns once the reduction is queued, so on GPUs its wait shows where the
+        result is next read instead (the statistics' copies back to the CPU)."""
+        t0 = time.perf_counter()
+        self.dist.all_reduce(t, **kwargs)
+        self.wait_s += time.perf_counter() - t0
+
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         out = t.to(self.device, copy=True)
-        self.dist.all_reduce(out)
+        self._all_reduce(out)
         return out.to(t.device)
 
     def all_reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
@@ -58,7 +75,7 @@ class TorchCollective(Collective):
 
     def all_reduce_min(self, t: torch.Tensor) -> torch.Tensor:
         out = t.to(self.device, copy=True)
-        self.dist.all_reduce(out, op=self.dist.ReduceOp.MIN)
+        self._all_reduce(out, op=self.dist.ReduceOp.MIN)
         return out.to(t.device)
 
     def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
@@ -66,7 +83,7 @@ class TorchCollective(Collective):
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])  # one collective, not one per tensor
-        self.dist.all_reduce(flat)
+        self._all_reduce(flat)
         flat /= self.world_size
         offset = 0
         for g in grads:

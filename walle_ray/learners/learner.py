@@ -55,9 +55,12 @@ class Learner:
         metrics = self.update_rule.update(rollouts, env_steps)
         self.version += 1
         lags = np.concatenate([self.version - 1 - r.version_b for r in rollouts])
+        # sync_wait_s: time in the all-reduces since the last update, the caller's (a train
+        # call's "has every learner a batch?") included, so the bottleneck report sees it all.
         metrics.update(version=self.version, policy_lag_mean=float(lags.mean()),
                        policy_lag_max=float(lags.max()),
-                       nonfinite_skipped=self.update_rule.guard.skipped)
+                       nonfinite_skipped=self.update_rule.guard.skipped,
+                       sync_wait_s=self.collective.take_wait_s())
         return metrics
 
     def memory_feedback(self):

@@ -20,7 +20,26 @@ def check_vector_obs(obs_space: gym.Space, algo_name: str = "DDPG") -> None:
                           f"this env has {obs_space}")
 
 
-class DeterministicActorCritic(NumpyWeights, nn.Module):
+class BoundedActions:
+    """The action bounds of a Box as buffers (they travel with the weights but are never
+    trained), for a module whose actions are squashed into them."""
+
+    def register_bounds(self, action_space: gym.spaces.Box) -> None:
+        low = torch.as_tensor(action_space.low, dtype=torch.float32)
+        high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        self.register_buffer("action_center", (high + low) / 2)
+        self.register_buffer("action_scale", (high - low) / 2)
+
+    @property
+    def action_low(self) -> torch.Tensor:
+        return self.action_center - self.action_scale
+
+    @property
+    def action_high(self) -> torch.Tensor:
+        return self.action_center + self.action_scale
+
+
+class DeterministicActorCritic(BoundedActions, NumpyWeights, nn.Module):
     """An actor ``mu(s)`` squashed into the action bounds, and one or two critics ``Q(s, a)``.
 
     Layers use PyTorch's default initialisation, as the TD3 reference code does. The action
@@ -32,22 +51,11 @@ class DeterministicActorCritic(NumpyWeights, nn.Module):
         super().__init__()
         check_vector_obs(obs_space)
         obs_dim, act_dim = int(obs_space.shape[0]), int(action_space.shape[0])
-        low = torch.as_tensor(action_space.low, dtype=torch.float32)
-        high = torch.as_tensor(action_space.high, dtype=torch.float32)
-        self.register_buffer("action_center", (high + low) / 2)
-        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_bounds(action_space)
         self.actor = MLP([obs_dim, *hidden, act_dim], activation, ortho=False, out_gain=1.0)
         self.critics = nn.ModuleList(
             MLP([obs_dim + act_dim, *hidden, 1], activation, ortho=False, out_gain=1.0)
             for _ in range(2 if twin_critics else 1))
-
-    @property
-    def action_low(self) -> torch.Tensor:
-        return self.action_center - self.action_scale
-
-    @property
-    def action_high(self) -> torch.Tensor:
-        return self.action_center + self.action_scale
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [N, obs_dim] -> deterministic action [N, act_dim] inside [low, high]."""

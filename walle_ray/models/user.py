@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from walle_ray.config import ConfigError, ModelConfig
+from walle_ray.models.deterministic import BoundedActions
 from walle_ray.models.heads import make_action_head
 from walle_ray.models.normalizer import RunningNorm
 from walle_ray.models.weights import NumpyWeights
@@ -45,19 +46,11 @@ def model_config(cfg) -> ModelConfig:
 
 
 def load_target(target: str) -> Callable:
-    """The class or function ``model._target_`` names: 'package.module:Name' or Hydra's
-    'package.module.Name'; its module is imported here."""
-    from walle_ray.envs.user import _import
+    """The class or function ``model._target_`` names ('package.module:Name' or Hydra's
+    'package.module.Name'); its module is imported here."""
+    from walle_ray.envs.user import resolve_target
 
-    module, sep, name = target.partition(":") if ":" in target else target.rpartition(".")
-    if not sep or not module or not name:
-        raise ConfigError(f"{KEY}: got {target!r}; write it as 'package.module:ClassOrFunction'")
-    found = _import(module, KEY)
-    for part in name.split("."):
-        found = getattr(found, part, None)
-    if not callable(found):
-        raise ConfigError(f"{KEY}: module {module!r} has no class or function {name!r}")
-    return found
+    return resolve_target(target, KEY)
 
 
 def build_user_net(obs_space: gym.Space, action_space: gym.Space, cfg) -> nn.Module:
@@ -154,17 +147,14 @@ class UserQNetwork(UserNetwork):
         _require_grad(self.target, "Q-values", q)
 
 
-class UserDeterministic(UserNetwork):
+class UserDeterministic(BoundedActions, UserNetwork):
     """A user's ``DeterministicNet`` as DDPG and TD3 use a ``DeterministicActorCritic``:
     ``act``, ``q``/``q_both``/``q_min``, the actor and critic parameter groups, and the
     action bounds as buffers (TD3's target smoothing reads them)."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.spaces.Box, cfg):
         super().__init__(obs_space, action_space, cfg)
-        low = torch.as_tensor(action_space.low, dtype=torch.float32)
-        high = torch.as_tensor(action_space.high, dtype=torch.float32)
-        self.register_buffer("action_center", (high + low) / 2)
-        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_bounds(action_space)
 
     @property
     def actor(self) -> nn.Module:
@@ -175,14 +165,6 @@ class UserDeterministic(UserNetwork):
     def critics(self) -> nn.Module:
         """The parameters the critic loss trains (every critic's)."""
         return self.net.critic
-
-    @property
-    def action_low(self) -> torch.Tensor:
-        return self.action_center - self.action_scale
-
-    @property
-    def action_high(self) -> torch.Tensor:
-        return self.action_center + self.action_scale
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [N, obs_dim] -> deterministic action [N, act_dim]."""
@@ -243,7 +225,10 @@ def check_user_model(algo, obs_space: gym.Space, action_space: gym.Space, cfg) -
                           "of yours; remove model._target_")
     if not any(p.requires_grad for p in model.net.parameters()):
         raise ConfigError(f"{KEY}: {target} has no parameters to train")
-    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(CHECK_ROWS)]))
+    obs = np.stack([obs_space.sample() for _ in range(CHECK_ROWS)])
+    if np.issubdtype(obs.dtype, np.floating):
+        obs = obs.astype(np.float32)  # what samplers and evaluation send (GymVectorEnv)
+    obs = torch.as_tensor(obs)
     model.check(obs, action_space, cfg.algo)
     try:
         copy.deepcopy(model)  # replay algorithms copy it into their target networks

@@ -36,6 +36,21 @@ def user_config_dirs(args: list[str]) -> list[Path]:
     return dirs
 
 
+def checked_config_dirs(dirs: list[Path], key: str) -> list[Path]:
+    """The user's config directories, absolute; a ConfigError names ``key`` for one that is
+    not a directory."""
+    for folder in dirs:
+        if not Path(folder).is_dir():
+            raise ConfigError(f"{key}: {folder} is not a directory")
+    return [Path(folder).resolve() for folder in dirs]
+
+
+def searchpath_override(dirs: list[Path]) -> str:
+    """The override that puts the user's config directories on Hydra's search path (kept in
+    overrides.yaml, so that ``run.resume`` finds them again)."""
+    return "hydra.searchpath=[" + ",".join(f"file://{d}" for d in dirs) + "]"
+
+
 def rewrite_args(args: list[str], conf_dirs: Path | list[Path]) -> list[str]:
     conf_dirs = [conf_dirs] if isinstance(conf_dirs, Path) else list(conf_dirs)
     known = {p.stem for d in conf_dirs for p in (Path(d) / "topology").glob("*.yaml")}

@@ -44,7 +44,7 @@ class Evaluator:
         if video_dir is not None and not atari:
             kwargs["render_mode"] = "rgb_array"  # changes what render returns, not the observations
         cfg.env = dataclasses.replace(cfg.env, envs_per_sampler=1, kwargs=kwargs)
-        self.env_id = cfg.env.id
+        self.env_id = cfg.env.entry_point or cfg.env.id
         self.seed = seed
         self.env = make_vector_env(cfg.env)
         try:

@@ -21,7 +21,7 @@ from walle_ray.buffers.fifo import FIFOMemory
 from walle_ray.learners import Learner
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.topology import ResourcePlan, Topology
+from walle_ray.topology import Packing, ResourcePlan, Topology, plan_packing
 
 
 class RoleError(RuntimeError):
@@ -165,6 +165,10 @@ class LocalFleet:
                 self.publish()
             yield timed_update(metrics, batch.num_steps, 0.0)
 
+    def processes(self) -> int:
+        """Role processes besides the driver: none, every role runs in it."""
+        return 0
+
     def learner_state(self) -> dict:
         return self.learner.state_dict()
 
@@ -186,9 +190,24 @@ class LocalFleet:
             s.close()
 
 
-def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_space: gym.Space,
-                  plan: ResourcePlan, timeout_s: float) -> list:
-    """Learner actors; with several, they form their torch.distributed group before returning."""
+def role_name(role: str, group: tuple[int, ...]) -> str:
+    """A process's actor name from the logical roles it runs: ``walle/sampler-3``, or
+    ``walle/sampler-0,2,4`` for a packed one."""
+    return f"walle/{role}-{','.join(map(str, group))}"
+
+
+def packed_cfg(cfg: DictConfig, shards: int) -> DictConfig:
+    """The config a learner process with ``shards`` learner shards runs with
+    (``Algorithm.packed_learner``)."""
+    if shards == 1:
+        return cfg
+    return algorithm_for(cfg.algo).packed_learner(cfg, shards)
+
+
+def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
+                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float) -> list:
+    """Learner processes, one per group of learner shards; with several, they form their
+    torch.distributed group before returning."""
     import ray
 
     from walle_ray.runtime import remote
@@ -197,89 +216,113 @@ def make_learners(cfg: DictConfig, topo: Topology, obs_space: gym.Space, action_
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
     runtime_env = role_runtime_env(cfg.run.ray_preload)
     learners = [
-        remote.RemoteLearner.options(name=f"walle/learner-{j}", num_cpus=plan.learner_cpus,
+        remote.RemoteLearner.options(name=role_name("learner", group), num_cpus=plan.learner_cpus,
                                      num_gpus=plan.learner_gpus,
                                      runtime_env=runtime_env).remote(
-            cfg, obs_space, action_space, device=device, threads=threads)
-        for j in range(topo.learners)]
-    if topo.learners > 1:
+            packed_cfg(cfg, len(group)), obs_space, action_space, device=device, threads=threads)
+        for group in packing.learners]
+    if len(learners) > 1:
         try:
             address, port = ray.get(learners[0].group_address.remote(), timeout=timeout_s)
-            ray.get([lr.join_group.remote(address, port, j, topo.learners)
-                     for j, lr in enumerate(learners)], timeout=timeout_s)
+            ray.get([lr.join_group.remote(address, port, g, len(learners))
+                     for g, lr in enumerate(learners)], timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise RoleTimeout(f"learners did not form their group within {timeout_s:.0f} s") from None
     return learners
 
 
-def pins_samplers(cfg: DictConfig, topo: Topology, cluster_cpus: float) -> bool:
-    """Whether sampler i runs pinned to a CPU (``topology.pin_samplers``): only when the
-    cluster has a CPU for each sampler. With more samplers than CPUs, pinned samplers cannot
-    move away from each other or the learner (docs/performance.md, "Pinning samplers")."""
-    return bool(cfg.topology.pin_samplers) and topo.samplers <= cluster_cpus
+def pins_samplers(cfg: DictConfig, processes: int, cluster_cpus: float) -> bool:
+    """Whether sampler process p runs pinned to a CPU (``topology.pin_samplers``): only when
+    the cluster has a CPU for each sampler process. With more than CPUs, pinned samplers
+    cannot move away from each other or the learner (docs/performance.md, "Pinning
+    samplers")."""
+    return bool(cfg.topology.pin_samplers) and processes <= cluster_cpus
 
 
 class RayFleet:
-    """Named Ray actors (``walle/sampler-3``); every wait has a timeout whose message names
-    the role. A sampler process that dies is restarted by Ray and called again, its
-    fragments in flight lost (``faults/``); a learner or memory that dies fails the run
-    with ``RoleDied``, which the driver may answer by rebuilding from the last checkpoint.
+    """Named Ray actors (``walle/sampler-3``, or ``walle/sampler-0,2,4`` for a process that
+    runs several logical samplers, ``topology.pack``); every wait has a timeout whose message
+    names the role. A sampler process that dies is restarted by Ray and called again, its
+    fragments in flight lost (``faults/``); a learner or memory that dies fails the run with
+    ``RoleDied``, which the driver may answer by rebuilding from the last checkpoint.
 
-    Synchronous: each step calls every sampler's ``collect`` with the weights' box and routes
-    the fragments to their memories, then the learners ``learn`` and learner 0 publishes.
-    Asynchronous: samplers ``run`` (pushing into their memory) and learners ``train``
-    (pulling from theirs) are called again as each call ends; a step collects the reports
-    of the calls that ended.
+    Synchronous: each step calls every sampler process's ``collect`` with the weights' box
+    and routes each fragment to its sampler's memory, then the learners ``learn`` and
+    learner 0 publishes. Asynchronous: samplers ``run`` (pushing into their memories) and
+    learners ``train`` (pulling from theirs) are called again as each call ends; a step
+    collects the reports of the calls that ended.
     """
 
-    MAX_DEATHS = 3  # more deaths of one sampler in a row, with no report between, fail the run
+    MAX_DEATHS = 3  # more deaths of one sampler process in a row, with no report between, fail the run
 
     def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
-                 action_space: gym.Space, plan: ResourcePlan, timeout_s: float):
+                 action_space: gym.Space, plan: ResourcePlan, timeout_s: float,
+                 packing: Packing | None = None):
         import ray
 
         from walle_ray.runtime import remote
 
         self.ray = ray
         self.cfg, self.topo, self.plan, self.timeout_s = cfg, topo, plan, timeout_s
+        self.packing = packing or plan_packing(topo, plan.cluster_cpus, "off")
         self.sync = algorithm_for(cfg.algo).loop == "sync"
         self.faults = new_faults()
-        self.learners = make_learners(cfg, topo, obs_space, action_space, plan, timeout_s)
+        self.learners = make_learners(cfg, self.packing, obs_space, action_space, plan, timeout_s)
         self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
                    if topo.param_servers else None)
-        self.memories = []
-        for k in range(topo.memories):
-            cls, args, kwargs = memory_spec(cfg, topo, k)
-            options = dict(name=f"walle/memory-{k}", num_cpus=plan.memory_cpus)
-            # A synchronous iteration's memory moves fragment refs (take); an asynchronous one
-            # waits for room and for batches (the back-pressure, runtime/memory_worker.py).
-            self.memories.append(ray.remote(cls).options(**options).remote(*args, **kwargs)
-                                 if self.sync else
-                                 remote.RemoteAsyncMemory.options(**options).remote(cls, *args, **kwargs))
-        pin = pins_samplers(cfg, topo, plan.cluster_cpus)
+        self.memories, self.memory_names = [], []  # per memory process
+        self.memory_refs: dict = {}  # per logical memory: its remote.MemoryRef
+        # A synchronous iteration's memory moves fragment refs (take); an asynchronous one
+        # waits for room and for batches (the back-pressure, runtime/memory_worker.py).
+        host = remote.RemoteMemoryHost if self.sync else remote.RemoteAsyncMemory
+        for group in self.packing.memories:
+            name = role_name("memory", group)
+            actor = host.options(name=name, num_cpus=plan.memory_cpus).remote(
+                {k: memory_spec(cfg, topo, k) for k in group})
+            self.memories.append(actor)
+            self.memory_names.append(name)
+            self.memory_refs.update({k: remote.MemoryRef(actor, k) for k in group})
+        pin = pins_samplers(cfg, len(self.packing.samplers), plan.cluster_cpus)
         runtime_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
-        self.samplers = [self._make_sampler(i, pin, runtime_env, remote) for i in range(topo.samplers)]
+        self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
+        self.samplers = [self._make_sampler(p, pin, runtime_env, remote)
+                         for p in range(len(self.packing.samplers))]
         if not self.sync:
-            self._get([lr.attach.remote([self.memories[k] for k in topo.memories_of_learner(j)],
-                                        self.ps, j == 0, cfg.algo.prefetch, cfg.algo.publish_every)
-                       for j, lr in enumerate(self.learners)], "learners (attaching memories)")
-        self.pending: dict = {}  # ObjectRef -> (role kind, index, the fragment's ref or None)
-        self.restarting: dict[int, float] = {}  # sampler index -> when to ask whether it is back
-        self.deaths = [0] * topo.samplers  # deaths of each sampler since its last report
+            self._get([lr.attach.remote([self._shard_memories(j) for j in group], self.ps,
+                                        g == 0, cfg.algo.prefetch, cfg.algo.publish_every)
+                       for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))],
+                      "learners (attaching memories)")
+        self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
+        self.restarting: dict[int, float] = {}  # sampler process -> when to ask whether it is back
+        self.deaths = [0] * len(self.samplers)  # deaths of each sampler process since its last report
 
-    def _make_sampler(self, i: int, pin: bool, runtime_env, remote):
-        """Sampler actor i, pulling weights from the parameter server (or learner 0), and, for
-        an asynchronous algorithm, pushing into its memory. Roles are passed by name: an
-        actor handle among the constructor arguments would tie Ray's restart of the sampler
-        to that handle's lifetime (ray-project/ray#53727)."""
-        cls, args, kwargs = algorithm_for(self.cfg.algo).sampler_spec(self.cfg, self.topo, i)
-        source = "walle/ps" if self.ps is not None else "walle/learner-0"
-        memory = None if self.sync else f"walle/memory-{self.topo.memory_of_sampler(i)}"
+    def _shard_memories(self, j: int) -> list:
+        """The memories learner shard j reads (``Topology.memories_of_learner``)."""
+        return [self.memory_refs[k] for k in self.topo.memories_of_learner(j)]
+
+    def _make_sampler(self, p: int, pin: bool, runtime_env, remote):
+        """Sampler process p, running its logical samplers, pulling weights from the parameter
+        server (or learner 0), and, for an asynchronous algorithm, pushing into each
+        sampler's memory. Roles are passed by name: an actor handle among the constructor
+        arguments would tie Ray's restart of the sampler to that handle's lifetime
+        (ray-project/ray#53727)."""
+        algo = algorithm_for(self.cfg.algo)
+        slots = []
+        for i in self.packing.samplers[p]:
+            cls, args, kwargs = algo.sampler_spec(self.cfg, self.topo, i)
+            memory = None
+            if not self.sync:
+                k = self.topo.memory_of_sampler(i)
+                memory = remote.MemoryRef(self.memory_names[self._memory_process(k)], k)
+            slots.append(remote.SlotSpec(cls, args, kwargs, memory))
+        source = "walle/ps" if self.ps is not None else role_name("learner", self.packing.learners[0])
         return remote.RemoteSampler.options(
-            name=f"walle/sampler-{i}", num_cpus=self.plan.sampler_cpus,
+            name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
             runtime_env=runtime_env, max_restarts=-1,
-            max_task_retries=0).remote(source, *args, memory=memory, sampler_cls=cls,
-                                       pin=i if pin else None, **kwargs)
+            max_task_retries=0).remote(source, slots, pin=p if pin else None)
+
+    def _memory_process(self, k: int) -> int:
+        return next(q for q, group in enumerate(self.packing.memories) if k in group)
 
     def _get(self, refs, role: str):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its
@@ -294,30 +337,40 @@ class RayFleet:
         except self.ray.exceptions.RayTaskError as exc:
             raise role_failed(role, exc) from None
 
-    def _call_sampler(self, i: int) -> None:
+    def _fragments_per_call(self, p: int) -> int:
+        """Fragments each sampler of process p collects per call: ``algo.fragments_per_call``
+        per process, at least one per sampler, so a packed process reports as often as one
+        sampler would."""
+        return max(1, -(-self.cfg.algo.fragments_per_call // len(self.packing.samplers[p])))
+
+    def _call_sampler(self, p: int) -> None:
         if self.sync:
-            rollout, stats = self.samplers[i].collect.remote(self.version, self.weights)
-            self.pending[stats] = ("sampler", i, rollout)
+            refs = self.samplers[p].collect.options(
+                num_returns=len(self.packing.samplers[p]) + 1).remote(self.version, self.weights)
+            self.pending[refs[-1]] = ("sampler", p, refs[:-1])
         else:
-            self.pending[self.samplers[i].run.remote(self.cfg.algo.fragments_per_call)] = ("sampler", i, None)
+            self.pending[self.samplers[p].run.remote(self._fragments_per_call(p))] = ("sampler", p, None)
 
     def _call_learner(self, j: int, env_steps: int) -> None:
         ref = self.learners[j].train.remote(self.cfg.algo.updates_per_call, env_steps)
         self.pending[ref] = ("learner", j, None)
 
-    def _sampler_died(self, i: int, exc: BaseException) -> None:
-        """The one path for a dead sampler: count what was lost, ask again once Ray has
-        restarted it."""
-        self.deaths[i] += 1
-        if self.deaths[i] > self.MAX_DEATHS:
-            raise RoleFailed(f"sampler-{i} keeps dying ({first_line(exc)})")
-        self.faults["sampler_restarts"] += 1
-        self.faults["lost_fragments"] += 1 if self.sync else self.cfg.algo.fragments_per_call
-        self.restarting[i] = time.monotonic() + 0.2
+    def _sampler_died(self, p: int, exc: BaseException) -> None:
+        """The one path for a dead sampler process: count what its samplers lost, ask again
+        once Ray has restarted it."""
+        self.deaths[p] += 1
+        if self.deaths[p] > self.MAX_DEATHS:
+            raise RoleFailed(f"{self.sampler_names[p].removeprefix('walle/')} keeps dying "
+                             f"({first_line(exc)})")
+        samplers = len(self.packing.samplers[p])
+        self.faults["sampler_restarts"] += samplers
+        self.faults["lost_fragments"] += samplers * (1 if self.sync else self._fragments_per_call(p))
+        self.restarting[p] = time.monotonic() + 0.2
 
     def _finished(self, timeout_s: float) -> list[tuple]:
-        """(kind, index, result, fragment ref) of the calls that ended within ``timeout_s``;
-        each restarted sampler is called again."""
+        """(kind, process index, result, fragment refs) of the calls that ended within
+        ``timeout_s`` (a sampler process's result is a report per sampler); each restarted
+        sampler process is called again."""
         now = time.monotonic()
         for i, when in list(self.restarting.items()):  # ask dead samplers whether they are back
             if now >= when and not any(v[:2] == ("restarted", i) for v in self.pending.values()):
@@ -349,7 +402,8 @@ class RayFleet:
                 continue
             if kind == "sampler":
                 self.deaths[index] = 0
-                count_faults(self.faults, result)
+                for report in result:
+                    count_faults(self.faults, report)
             done.append((kind, index, result, extra))
         return done
 
@@ -373,7 +427,7 @@ class RayFleet:
         out = Step()
         for kind, index, result, _ in self._finished(timeout_s):
             if kind == "sampler":
-                out.reports.append(result)
+                out.reports.extend(result)
                 self._call_sampler(index)
             else:
                 out.learned.append(result)
@@ -384,24 +438,26 @@ class RayFleet:
         """Every sampler's fragment, routed to its memory; one update; new weights."""
         t0 = time.perf_counter()
         deadline = t0 + self.timeout_s
-        for i in range(len(self.samplers)):
-            self._call_sampler(i)
-        reports: list = [None] * len(self.samplers)
+        for p in range(len(self.samplers)):
+            self._call_sampler(p)
+        reports: list = [None] * self.topo.samplers
         puts = []
         while self.pending or self.restarting:
             if time.perf_counter() > deadline:
                 late = sorted({v[1] for v in self.pending.values()} | set(self.restarting))
-                raise RoleTimeout(f"sampler-{late[0]} did not answer within {self.timeout_s:.0f} s "
-                                  "(run.role_timeout_s)")
-            for _, i, stats, rollout in self._finished(0.2):
-                reports[i] = stats
-                memory = self.memories[self.topo.memory_of_sampler(i)]
-                puts.append(memory.put.remote([rollout]))
+                raise RoleTimeout(f"{self.sampler_names[late[0]].removeprefix('walle/')} did not "
+                                  f"answer within {self.timeout_s:.0f} s (run.role_timeout_s)")
+            for _, _, stats, rollouts in self._finished(0.2):
+                for report, rollout in zip(stats, rollouts, strict=True):
+                    i = report["sampler"]
+                    reports[i] = report
+                    memory = self.memory_refs[self.topo.memory_of_sampler(i)]
+                    puts.append(memory.actor.put.remote([rollout], memory.key))
         if not all(self._get(puts, "memories")):
             raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
         t1 = time.perf_counter()
-        calls = [lr.learn.remote([self.memories[k] for k in self.topo.memories_of_learner(j)], env_steps)
-                 for j, lr in enumerate(self.learners)]
+        calls = [lr.learn.remote([m for j in group for m in self._shard_memories(j)], env_steps)
+                 for lr, group in zip(self.learners, self.packing.learners)]
         metrics = self._get(calls, "learners")[0]
         self.publish()
         t2 = time.perf_counter()
@@ -416,15 +472,26 @@ class RayFleet:
         ref = self.ray.put(state)
         self._get([lr.load_state_dict.remote(ref) for lr in self.learners], "learners (loading state)")
 
+    def processes(self) -> int:
+        """Role processes: samplers, memories, learners and the parameter server."""
+        return (len(self.samplers) + len(self.memories) + len(self.learners)
+                + (self.ps is not None))
+
+    def _per_memory(self, method: str, what: str) -> list:
+        """``method``'s answer for each logical memory, in topology order."""
+        answers = self._get([getattr(m, method).remote() for m in self.memories], what)
+        merged = {k: value for answer in answers for k, value in answer.items()}
+        return [merged[k] for k in range(self.topo.memories)]
+
     def memory_stats(self) -> list[dict]:
-        return self._get([m.stats.remote() for m in self.memories], "memories")
+        return self._per_memory("stats", "memories")
 
     def memory_states(self) -> list[dict]:
-        return self._get([m.state_dict.remote() for m in self.memories], "memories (snapshot)")
+        return self._per_memory("state_dict", "memories (snapshot)")
 
     def load_memory_states(self, states: list[dict]) -> None:
-        self._get([m.load_state_dict.remote(state) for m, state in zip(self.memories, states,
-                                                                       strict=True)],
+        self._get([m.load_state_dict.remote({k: states[k] for k in group})
+                   for m, group in zip(self.memories, self.packing.memories, strict=True)],
                   "memories (restoring the snapshot)")
 
     def shutdown(self) -> None:

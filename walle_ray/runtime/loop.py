@@ -14,6 +14,8 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from walle_ray.report import RunTimes
+
 
 class Periodic:
     """Calls ``fn(record)`` each time ``record[key]`` passes another multiple of ``every``
@@ -86,12 +88,14 @@ class Interval:
 
 
 def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodic], signals,
-             start: tuple[float, int]) -> str:
+             start: tuple[float, int], times: RunTimes | None = None) -> str:
     """Step ``fleet`` until a stop condition; returns its name. Each record goes through the
     ``hooks`` in order (evaluation adds its keys, the report writes the record, then the
     checkpoint). ``start`` is the run's (perf_counter, env steps) at its start, which a loop
-    restarted after a rebuild keeps for its wall budget and rates."""
+    restarted after a rebuild keeps for its wall budget and rates. ``times`` adds up where
+    each role's time went, for the bottleneck report (``walle_ray/report.py``)."""
     started, steps_at_start = start
+    times = times if times is not None else RunTimes()
     for key in ("env_steps_consumed", "updates", "dropped_fragments"):
         counters.setdefault(key, 0)
     fleet.start()
@@ -107,8 +111,11 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
         counters["iterations"] += 1
         counters["env_steps_consumed"] += interval.consumed
         counters["updates"] += interval.updates
+        # A synchronous record reads no memory stats: its FIFOs are empty between iterations.
+        memories = [] if timing is not None else fleet.memory_stats()
+        times.add_record(dt, timing, memories)
         record = make_record(counters, window, interval, dt, steps_at_start, now - started,
-                             fleet, timing, rates)
+                             fleet, timing, rates, memories)
         for hook in hooks:
             record.update(hook(record))
         interval, last = Interval(), time.perf_counter()
@@ -118,11 +125,15 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
         step = fleet.step(counters["env_steps"])
         for r in step.reports:
             interval.add_sampler(r)
+            times.add_sampler(r)
             window.add(r["episode_returns"], r["episode_lengths"])
             counters["episodes"] += len(r["episode_returns"])
             counters["env_steps"] += r["env_steps"]
             counters["dropped_fragments"] += r.get("dropped", 0)
         for m in step.learned:
+            if "first_update_at" in m:  # when it happened, not when its call reported it
+                counters.setdefault("first_update_at", m.pop("first_update_at"))
+            times.add_learner(m)  # first: the interval pops the counters it sums
             interval.add_learner(m)
         timing = step.timing
         now = time.perf_counter()
@@ -139,10 +150,10 @@ _SHARD_RATES = {"inserted": "inserts_per_s", "sampled": "samples_per_s"}
 
 
 def make_record(counters, window, iv: Interval, dt: float, steps_at_start: int, elapsed: float,
-                fleet, timing: dict | None, rates: dict) -> dict:
+                fleet, timing: dict | None, rates: dict, memories: list[dict]) -> dict:
     """One metrics record: the run's counters, the interval's rates and the learners' mean
     metrics; a synchronous iteration adds its collect/learn split, an asynchronous interval
-    its learners' load, policy lag and memories."""
+    its learners' load, policy lag and memories (``memories``: their stats now)."""
     record = {
         "iteration": counters["iterations"], "env_steps": counters["env_steps"],
         "episodes": counters["episodes"], "return": window.mean,
@@ -168,7 +179,7 @@ def make_record(counters, window, iv: Interval, dt: float, steps_at_start: int, 
         **learner,
         **{key: sum(values) / len(values) for key, values in iv.explore.items()},
     })
-    for k, m in enumerate(fleet.memory_stats()):
+    for k, m in enumerate(memories):
         for key, value in m.items():
             if key.endswith("_size") or key in _SHARD_KEYS:
                 record[f"memory/{k}/{key}"] = value

@@ -1,66 +1,93 @@
-"""The asynchronous memory actor's body, in a module that imports neither torch nor envs."""
+"""The memory processes' bodies, in a module that imports neither torch nor envs.
+
+A memory process holds one or more logical memories (``topology.pack``), each under its
+topology index; every call names the one it is for.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from walle_ray.contracts import Memory
 
+Specs = dict  # logical index -> (memory class, args, kwargs)
+
 
 class AsyncMemoryWorker:
-    """A memory (``MixedMemory`` or a ``PrioritizedReplay`` shard) behind asyncio: ``put``
-    waits for room, ``sample`` waits for a batch.
+    """Memories (``MixedMemory``, ``PrioritizedReplay`` shards) behind asyncio: ``put`` waits
+    for room, ``sample`` waits for a batch.
 
     Waiting here is the back-pressure: a full queue (or a replay shard ahead of its replay
-    ratio) holds samplers, an empty one learners.
+    ratio) holds its samplers, an empty one its learners. Each memory waits on its own
+    condition, so a full memory never holds another's samplers.
     """
 
-    def __init__(self, memory_cls: type, *memory_args, **memory_kwargs):
-        self.memory: Memory = memory_cls(*memory_args, **memory_kwargs)
-        self.changed: asyncio.Condition | None = None
+    def __init__(self, specs: Specs):
+        self.memories: dict[int, Memory] = {k: cls(*args, **kwargs)
+                                            for k, (cls, args, kwargs) in specs.items()}
+        self.changed: dict[int, asyncio.Condition] = {}
 
-    def _condition(self) -> asyncio.Condition:
-        if self.changed is None:  # made inside the actor's event loop
-            self.changed = asyncio.Condition()
-        return self.changed
+    def _condition(self, key: int) -> asyncio.Condition:
+        if key not in self.changed:  # made inside the actor's event loop
+            self.changed[key] = asyncio.Condition()
+        return self.changed[key]
 
-    async def put(self, item) -> float:
+    async def put(self, item, key: int) -> float:
         """Store a fragment once there is room; returns the seconds spent waiting."""
         t0 = time.perf_counter()
-        cond = self._condition()
+        memory, cond = self.memories[key], self._condition(key)
         async with cond:
-            await cond.wait_for(lambda: self.memory.has_room(item))
-            self.memory.put(item)
+            await cond.wait_for(lambda: memory.has_room(item))
+            memory.put(item)
             cond.notify_all()
         return time.perf_counter() - t0
 
-    async def sample(self, timeout_s: float = 2.0):
+    async def sample(self, key: int, timeout_s: float = 2.0):
         """A batch, or None when none could be composed within ``timeout_s``."""
-        cond = self._condition()
+        memory, cond = self.memories[key], self._condition(key)
         async with cond:
             try:
-                await asyncio.wait_for(cond.wait_for(self.memory.can_sample), timeout_s)
+                await asyncio.wait_for(cond.wait_for(memory.can_sample), timeout_s)
             except asyncio.TimeoutError:
                 return None
-            batch = self.memory.sample()
+            batch = memory.sample()
             cond.notify_all()
         return batch
 
-    async def feedback(self, item) -> int:
+    async def feedback(self, item, key: int) -> int:
         """What an update sends back about the batch this memory served (``Memory.feedback``)."""
-        return self.memory.feedback(item)
+        return self.memories[key].feedback(item)
 
-    async def stats(self) -> dict:
-        return self.memory.stats()
+    async def stats(self) -> dict[int, dict]:
+        return {k: m.stats() for k, m in self.memories.items()}
 
-    async def state_dict(self) -> dict:
-        return self.memory.state_dict()
+    async def state_dict(self) -> dict[int, dict]:
+        return {k: m.state_dict() for k, m in self.memories.items()}
 
-    async def load_state_dict(self, state: dict) -> None:
-        cond = self._condition()
-        async with cond:
-            self.memory.load_state_dict(state)
-            cond.notify_all()
+    async def load_state_dict(self, states: dict[int, Any]) -> None:
+        for k, state in states.items():
+            cond = self._condition(k)
+            async with cond:
+                self.memories[k].load_state_dict(state)
+                cond.notify_all()
+
+
+class MemoryHost:
+    """Memories of a synchronous algorithm (FIFOs of fragment references): the driver puts
+    each iteration's fragments, the learners take them."""
+
+    def __init__(self, specs: Specs):
+        self.memories = {k: cls(*args, **kwargs) for k, (cls, args, kwargs) in specs.items()}
+
+    def put(self, item, key: int) -> bool:
+        """Store an item (a box holding a fragment's reference); False when full."""
+        return self.memories[key].put(item)
+
+    def take(self, key: int) -> list:
+        return self.memories[key].take()
+
+    def stats(self) -> dict[int, dict]:
+        return {k: m.stats() for k, m in self.memories.items()}

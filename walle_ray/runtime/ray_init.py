@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
+from pathlib import Path
 
 from walle_ray.config import ConfigError
 
@@ -27,8 +29,44 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
         context = ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_host=host,
                            **kwargs)
     if context.dashboard_url:
-        print(f"walle_ray: Ray dashboard at http://{context.dashboard_url} (actors walle/*, "
-              "metrics walle_*)", flush=True)
+        print("\n".join(dashboard_lines(context.dashboard_url, auth_mode())), flush=True)
+
+
+def auth_mode() -> str:
+    """Ray's authentication mode in this process after ``ray.init``: "token" or "disabled".
+
+    Since Ray 2.59 a local ``ray.init()`` turns token auth on unless RAY_AUTH_MODE says
+    otherwise, and sets RAY_AUTH_MODE=token in this process when it does.
+    """
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        return "token" if is_token_auth_enabled() else "disabled"
+    except ImportError:  # a Ray without token auth
+        return "token" if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else "disabled"
+
+
+def token_location(environ: Mapping[str, str] | None = None, home: Path | None = None) -> str:
+    """Where Ray reads the auth token from, in its order: RAY_AUTH_TOKEN, the file named by
+    RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token (which a local ``ray.init()`` creates)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("RAY_AUTH_TOKEN"):
+        return "the RAY_AUTH_TOKEN variable"
+    if environ.get("RAY_AUTH_TOKEN_PATH"):
+        return environ["RAY_AUTH_TOKEN_PATH"]
+    return str((Path.home() if home is None else home) / ".ray" / "auth_token")
+
+
+def dashboard_lines(url: str, mode: str, environ: Mapping[str, str] | None = None,
+                    home: Path | None = None) -> list[str]:
+    """The start-up lines about the dashboard: its address and, when Ray's token auth is on,
+    how to get in. Never the token itself: run output ends up in logs and CI artefacts."""
+    url = url if "://" in url else f"http://{url}"
+    lines = [f"walle_ray: Ray dashboard at {url} (actors walle/*, metrics walle_*)"]
+    if mode == "token":
+        lines.append("walle_ray: Ray token auth is on; when the dashboard asks, paste the output "
+                     f"of `ray get-auth-token` (the token in {token_location(environ, home)})")
+    return lines
 
 
 def cluster_resources() -> tuple[float, float]:

@@ -9,15 +9,21 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import ray
 import torch
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
-from walle_ray.actors.sampler import Sampler
-from walle_ray.runtime.memory_worker import AsyncMemoryWorker
+from walle_ray.runtime.memory_worker import AsyncMemoryWorker, MemoryHost
 from walle_ray.learners import Learner
+
+
+# A sampler's per-fragment stats that a call's report sums over its fragments.
+SUMMED_STATS = ("env_steps", "collect_s", "transitions", "sampler_restarts", "lost_fragments",
+                "env_s", "act_s")
 
 
 def _actor(handle_or_name):
@@ -38,64 +44,111 @@ def pin_to_cpu(slot: int | None) -> int | None:
     return cpu
 
 
-class SamplerWorker:
-    """A Sampler that pulls newer weights from the parameter server before each fragment.
+@dataclass(frozen=True)
+class MemoryRef:
+    """Logical memory ``key`` in a memory process: ``actor`` is its handle, or its name where
+    a sampler looks it up (a handle among a sampler's arguments would tie Ray's restart of
+    the sampler to that handle's lifetime, ray-project/ray#53727)."""
 
-    Synchronous algorithms call ``collect`` and route the fragment themselves; asynchronous
-    ones call ``run``, which pushes fragments into ``memory`` and waits while it is full.
+    actor: Any
+    key: int
+
+    def resolve(self) -> "MemoryRef":
+        return MemoryRef(_actor(self.actor), self.key)
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """One logical sampler of a sampler process: the class and arguments the algorithm names
+    (``Algorithm.sampler_spec``) and, for an asynchronous algorithm, its memory."""
+
+    cls: type
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    memory: MemoryRef | None = None
+
+
+class SamplerWorker:
+    """One sampler process running one or more logical samplers (``topology.pack``), each with
+    its own envs, seed, memory and fault accounting, in turn. The process keeps the newest
+    weights it has pulled from the parameter server, and gives each sampler them before its
+    next fragment.
+
+    Synchronous algorithms call ``collect`` (a fragment of every sampler, routed by the
+    caller); asynchronous ones call ``run``, which pushes fragments into each sampler's
+    memory and waits while that memory is full.
     """
 
-    def __init__(self, weights_source, *sampler_args, memory=None, sampler_cls: type = Sampler,
-                 pin: int | None = None, **sampler_kwargs):
-        """``weights_source`` and ``memory`` are actor handles or names of actors. With
-        ``pin``, the sampler and its env threads run on one CPU (``pin_to_cpu``), chosen
-        before the env starts its threads so that they inherit it."""
+    def __init__(self, weights_source, slots: list[SlotSpec], pin: int | None = None):
+        """``weights_source`` is the parameter server's handle or name. With ``pin``, the
+        samplers and their env threads run on one CPU (``pin_to_cpu``), chosen before any env
+        starts its threads so that they inherit it."""
         self.cpu = pin_to_cpu(pin)
         self.source = _actor(weights_source)
-        self.memory = _actor(memory)
-        self.slot = RestartingSampler(sampler_cls, sampler_args, sampler_kwargs)
-        self.asked = None  # (a latest() call in flight, the version it was asked with)
-        length = self.slot.sampler.fragment_length
-        self.ask_lead = max(1, -(-length // 8))  # steps before a fragment ends to ask at
+        self.specs = slots
+        # Each sampler is built when it first collects: the first ones' fragments reach the
+        # memories while the others are still making their envs.
+        self.slots: list[RestartingSampler | None] = [None] * len(slots)
+        self.memories = [spec.memory.resolve() if spec.memory else None for spec in slots]
+        self.version, self.weights = -1, None  # the newest weights this process has
+        self.asked = None  # a latest() call in flight
+        self.weights_wait_s = 0.0
+        self.ask_lead = 0  # steps before a fragment ends to ask at; set by the first sampler
 
-    def _pull(self, sampler, version: int | None = None, weights: list | None = None) -> None:
-        """Newer weights, blocking: ``weights`` (a box holding their ref) when the caller
-        sent them with their ``version``; else asked of the source, which with a known
-        ``version`` is asked only when that is newer than the sampler's."""
-        if version is not None and version <= sampler.version:
-            return
-        if weights is not None:
-            sampler.set_weights(ray.get(weights[0]), version)
-            return
-        self._apply(sampler, ray.get(self.source.latest.remote(sampler.version)))
+    def _slot(self, s: int) -> RestartingSampler:
+        """Sampler ``s`` of this process, built on first use."""
+        if self.slots[s] is None:
+            spec = self.specs[s]
+            self.slots[s] = RestartingSampler(spec.cls, spec.args, spec.kwargs)
+            if not self.ask_lead:
+                self.ask_lead = max(1, -(-self.slots[s].sampler.fragment_length // 8))
+        return self.slots[s]
 
-    @staticmethod
-    def _apply(sampler, latest) -> None:
-        if latest is not None and latest[0] > sampler.version:
-            version, box = latest
-            sampler.set_weights(ray.get(box[0]), version)
+    def _take(self, latest) -> None:
+        """Keep ``latest`` (version, box) when it is newer than what this process has."""
+        if latest is not None and latest[0] > self.version:
+            self.version, self.weights = latest[0], ray.get(latest[1][0])
+
+    def _fetch(self) -> None:
+        """Blocking: the newest weights from the source, when newer than this process's."""
+        self._take(ray.get(self.source.latest.remote(self.version)))
+
+    def _give(self, sampler) -> None:
+        if sampler.version < self.version:
+            sampler.set_weights(self.weights, self.version)
 
     def _ask(self) -> None:
-        version = self.slot.sampler.version
-        self.asked = (self.source.latest.remote(version), version)
+        self.asked = self.source.latest.remote(self.version)
 
     def _refresh(self, sampler) -> None:
         """Newer weights before a fragment, from the request sent ``ask_lead`` steps before
-        the last one ended, so the round trip overlaps collection. The answer holds what was
-        published until then. The lead adapts: twice as many steps after an answer that came
-        late, one fewer after one in time. With no request out (the first fragment, a
-        rebuilt sampler) it pulls, blocking."""
-        asked, self.asked = self.asked, None
-        if asked is None or asked[1] != sampler.version:
-            self._pull(sampler)
-            return
+        the last fragment ended, so the round trip overlaps collection. The lead adapts:
+        twice as many steps after an answer that came late, one fewer after one in time.
+        With no weights yet (the first fragment) it pulls, blocking."""
         t0 = time.perf_counter()
-        latest = ray.get(asked[0])
-        if time.perf_counter() - t0 > 5e-4:  # it had to wait for the answer: ask earlier
-            self.ask_lead = min(2 * self.ask_lead, sampler.fragment_length)
-        else:  # in time: ask a step later next time, for fresher weights
-            self.ask_lead = max(1, self.ask_lead - 1)
-        self._apply(sampler, latest)
+        asked, self.asked = self.asked, None
+        if asked is not None:
+            latest = ray.get(asked)
+            if time.perf_counter() - t0 > 5e-4:  # it had to wait for the answer: ask earlier
+                self.ask_lead = min(2 * self.ask_lead, sampler.fragment_length)
+            else:  # in time: ask a step later next time, for fresher weights
+                self.ask_lead = max(1, self.ask_lead - 1)
+            self._take(latest)
+        if self.weights is None:
+            self._fetch()
+        self._give(sampler)
+        self.weights_wait_s += time.perf_counter() - t0
+
+    def _pull(self, sampler, version: int | None, weights: list | None) -> None:
+        """Weights at least as new as ``version`` (the newest if None), blocking: from
+        ``weights`` (the box holding that version's ref) when the caller sent them."""
+        t0 = time.perf_counter()
+        if weights is not None and version is not None:
+            self._take((version, weights))
+        elif version is None or version > self.version:
+            self._fetch()
+        self._give(sampler)
+        self.weights_wait_s += time.perf_counter() - t0
 
     def ready(self) -> bool:
         """Answers once the actor is up (again, after a restart)."""
@@ -103,43 +156,72 @@ class SamplerWorker:
 
     @ray.method(num_returns=2)
     def collect(self, version: int | None = None, weights: list | None = None):
-        """One fragment with weights at least as new as ``version`` (the newest if None);
-        ``weights`` is the box holding that version's ref, when the caller has it."""
-        return self.slot.collect(lambda sampler: self._pull(sampler, version, weights))
+        """A fragment of every sampler of this process, then their stats: ``(fragment_0,
+        ..., fragment_k-1, [stats_0, ..., stats_k-1])``, as separate objects, so each
+        fragment can be routed by reference (a process of k samplers is called with
+        ``.options(num_returns=k + 1)``)."""
+        fragments, stats = [], []
+        for s in range(len(self.specs)):
+            self.weights_wait_s = 0.0
+            fragment, report = self._slot(s).collect(
+                lambda sampler: self._pull(sampler, version, weights))
+            report["weights_wait_s"] = self.weights_wait_s
+            fragments.append(fragment)
+            stats.append(report)
+        return (*fragments, stats)
 
-    def run(self, num_fragments: int) -> dict:
-        """Collect fragments into the memory, one put in flight so collection overlaps it.
+    def run(self, num_fragments: int) -> list[dict]:
+        """``num_fragments`` fragments of each sampler into its memory, in turn; one put in
+        flight per sampler, so collection overlaps it and a full memory holds only its own
+        samplers' next put. Returns one report per sampler.
 
         Each fragment starts from the newest weights published until shortly before it
         (``_refresh``): asking for them a few steps ahead hides the round trip without the
         fragment of policy lag a request left in flight for a whole fragment would add (which
         cost IMPALA on CartPole more env steps to learn)."""
-        total = {"sampler": self.slot.sampler.index, "env_steps": 0, "episode_returns": [],
-                 "episode_lengths": [], "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0}
-        self.asked = None  # an answer from before this call is stale: the first fragment pulls
-        pending = None
+        totals = [{"env_steps": 0, "episode_returns": [], "episode_lengths": [],
+                   "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0, "weights_wait_s": 0.0}
+                  for _ in self.specs]
+        self.asked = None  # an answer from before this call is stale
+        pending: list = [None] * len(self.specs)
         for _ in range(num_fragments):
-            ask_at = self.slot.sampler.fragment_length - self.ask_lead
-            rollout, stats = self.slot.collect(self._refresh, ask_at=ask_at, ask=self._ask)
-            if pending is not None:
-                total["put_wait_s"] += ray.get(pending)
-            pending = self.memory.put.remote(rollout)
-            for key, value in stats.items():
-                if key in ("env_steps", "collect_s", "transitions", "sampler_restarts",
-                           "lost_fragments"):
-                    total[key] = total.get(key, 0) + value
-                elif key.startswith("explore/"):
-                    total[key] = value  # the newest exploration setting
-            total["episode_returns"] += stats["episode_returns"]
-            total["episode_lengths"] += stats["episode_lengths"]
-            total["fragments"] += 1
-            total["policy_version"] = stats["policy_version"]
-        total["put_wait_s"] += ray.get(pending)
-        return total
+            for s in range(len(self.specs)):
+                slot = self._slot(s)
+                totals[s]["sampler"] = slot.sampler.index
+                self.weights_wait_s = 0.0
+                ask_at = slot.sampler.fragment_length - self.ask_lead
+                rollout, stats = slot.collect(self._refresh, ask_at=ask_at, ask=self._ask)
+                total = totals[s]
+                total["weights_wait_s"] += self.weights_wait_s
+                if pending[s] is not None:
+                    total["put_wait_s"] += ray.get(pending[s])
+                memory = self.memories[s]
+                pending[s] = memory.actor.put.remote(rollout, memory.key)
+                _add_stats(total, stats)
+        for s, ref in enumerate(pending):
+            if ref is not None:
+                totals[s]["put_wait_s"] += ray.get(ref)
+        return totals
+
+
+def _add_stats(total: dict, stats: dict) -> None:
+    """A fragment's stats added to a call's report."""
+    for key, value in stats.items():
+        if key in SUMMED_STATS:
+            total[key] = total.get(key, 0) + value
+        elif key.startswith("explore/"):
+            total[key] = value  # the newest exploration setting
+    total["episode_returns"] += stats["episode_returns"]
+    total["episode_lengths"] += stats["episode_lengths"]
+    total["fragments"] += 1
+    total["policy_version"] = stats["policy_version"]
 
 
 class LearnerWorker:
-    """A Learner that reads fragments from its memories and publishes weights by reference.
+    """A learner process, for one or more learner shards (``topology.pack``): it reads
+    fragments from the memories of its shards and publishes weights by reference. With
+    several shards each update takes a batch from each and learns from them together: the
+    mean gradient over their rows, which the all-reduce of one process per shard computes.
 
     It also serves as the parameter server when the topology has none (``...0p``).
     """
@@ -147,40 +229,44 @@ class LearnerWorker:
     def __init__(self, *learner_args, **learner_kwargs):
         self.learner = Learner(*learner_args, **learner_kwargs)
         self.ps = ParameterServer()
-        self.memories: list = []
+        self.shards: list[list[MemoryRef]] = []
         self.publish_to = None
         self.publishes = False
-        self.inflight: list = []  # (memory, ref of a sample call), oldest first
-        self.held = None  # (memory, batch) this learner got while another learner got none
+        self.inflight: list[list] = []  # per shard: (memory, ref of a sample call), oldest first
+        self.held: list = []  # per shard: (memory, batch) kept while another shard had none
+        self.first_update_at = 0.0  # wall-clock time of this process's first update
 
-    def attach(self, memories: list, publish_to=None, publishes: bool = False, prefetch: int = 2,
-               publish_every: int = 1) -> None:
-        """Asynchronous mode: the memories this learner reads, and whether it publishes weights
-        (learner 0 does, every ``publish_every`` updates) to ``publish_to`` (the parameter
-        server, or itself when None)."""
-        self.memories, self.publish_to, self.publishes = memories, publish_to, publishes
+    def attach(self, shards: list[list[MemoryRef]], publish_to=None, publishes: bool = False,
+               prefetch: int = 2, publish_every: int = 1) -> None:
+        """Asynchronous mode: the memories each shard of this process reads, and whether it
+        publishes weights (learner 0 does, every ``publish_every`` updates) to
+        ``publish_to`` (the parameter server, or itself when None)."""
+        self.shards, self.publish_to, self.publishes = shards, publish_to, publishes
+        self.inflight = [[] for _ in shards]
+        self.held = [None] * len(shards)
         self.prefetch = prefetch
         self.publish_every = publish_every
 
-    def _next_batch(self, timeout_s: float = 2.0) -> tuple:
-        """The memory and the batch it served: the first of the requests in flight to be
+    def _next_batch(self, shard: int, timeout_s: float = 2.0) -> tuple:
+        """A shard's memory and the batch it served: the first of the requests in flight to be
         ready (each memory keeps ``prefetch``), so one memory that has nothing to serve yet
         (a shard below ``learning_starts`` or ahead of its replay ratio) holds up none of the
         others. The batch is None when no memory served one within ``timeout_s``."""
-        if self.held is not None:
-            served, self.held = self.held, None
+        if self.held[shard] is not None:
+            served, self.held[shard] = self.held[shard], None
             return served
-        if not self.inflight:
-            self.inflight = [(m, m.sample.remote()) for _ in range(self.prefetch) for m in self.memories]
+        inflight = self.inflight[shard]
+        if not inflight:
+            inflight += [(m, m.actor.sample.remote(m.key)) for _ in range(self.prefetch)
+                         for m in self.shards[shard]]
         deadline = time.perf_counter() + timeout_s
         while True:
-            refs = [ref for _, ref in self.inflight]
+            refs = [ref for _, ref in inflight]
             ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, deadline - time.perf_counter()))
             if not ready:
                 return None, None
-            i = refs.index(ready[0])
-            memory, ref = self.inflight.pop(i)
-            self.inflight.append((memory, memory.sample.remote()))  # keep its prefetch
+            memory, ref = inflight.pop(refs.index(ready[0]))
+            inflight.append((memory, memory.actor.sample.remote(memory.key)))  # keep its prefetch
             batch = ray.get(ref)
             if batch is not None or time.perf_counter() >= deadline:
                 return memory, batch
@@ -194,22 +280,28 @@ class LearnerWorker:
         lag_max = 0.0
         rows = 0
         done = 0
+        first_at = 0.0
         t_start = time.perf_counter()
         for _ in range(num_updates):
             t0 = time.perf_counter()
-            memory, batch = self._next_batch()
+            served = [self._next_batch(s) for s in range(len(self.shards))]
             wait_s += time.perf_counter() - t0
-            everyone = self.learner.collective.all_reduce_min(torch.tensor([float(batch is not None)]))
+            have = all(batch is not None for _, batch in served)
+            everyone = self.learner.collective.all_reduce_min(torch.tensor([float(have)]))
             if not everyone.item():
-                if batch is not None:
-                    self.held = (memory, batch)  # keep it for the next call
+                for s, pair in enumerate(served):
+                    if pair[1] is not None:
+                        self.held[s] = pair  # keep it for the next call
                 break
-            metrics = self.learner.update([batch], env_steps)
+            batches = [batch for _, batch in served]
+            metrics = self.learner.update(batches, env_steps)
+            first_at = first_at or time.time()
             feedback = self.learner.memory_feedback()
-            if feedback is not None:  # back to the memory that served the batch
-                memory.feedback.remote(feedback)
+            if feedback is not None:  # back to the memory that served the batch (one shard)
+                memory = served[0][0]
+                memory.actor.feedback.remote(feedback, memory.key)
             done += 1
-            rows += batch.num_steps
+            rows += sum(batch.num_steps for batch in batches)
             lag_max = max(lag_max, metrics.pop("policy_lag_max"))
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
@@ -219,6 +311,8 @@ class LearnerWorker:
         out.update(version=self.learner.version, policy_lag_max=lag_max, updates=done,
                    env_steps_consumed=rows, batch_wait_s=wait_s,
                    train_s=time.perf_counter() - t_start)
+        if done and not self.first_update_at:
+            out["first_update_at"] = self.first_update_at = first_at
         return out
 
     def group_address(self) -> tuple[str, int]:
@@ -230,8 +324,9 @@ class LearnerWorker:
     def join_group(self, address: str, port: int, rank: int, world_size: int) -> None:
         self.learner.join_group(address, port, rank, world_size)
 
-    def learn(self, memories: list, env_steps: int) -> dict:
-        taken = ray.get([m.take.remote() for m in memories])
+    def learn(self, memories: list[MemoryRef], env_steps: int) -> dict:
+        """A synchronous update on every fragment its shards' memories hold."""
+        taken = ray.get([m.actor.take.remote(m.key) for m in memories])
         refs = [box[0] for items in taken for box in items]
         return self.learner.update(ray.get(refs), env_steps)
 
@@ -270,4 +365,5 @@ RemoteLearner = ray.remote(concurrency_groups={"weights": 1})(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.
 RemoteAsyncMemory = ray.remote(AsyncMemoryWorker)
+RemoteMemoryHost = ray.remote(MemoryHost)
 RemoteParameterServer = ray.remote(ParameterServer)

@@ -19,12 +19,14 @@ from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
 from walle_ray.models.precision import describe as describe_bf16
 from walle_ray.models.user import check_user_model
+from walle_ray.report import RunTimes
 from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
                                           load_checkpoint, save_checkpoint, tensors_to_arrays)
 from walle_ray.runtime.fleet import RoleDied, RoleError
+from walle_ray.runtime.footprint import Footprint
 from walle_ray.runtime.loop import Periodic, run_loop
 from walle_ray.runtime.signals import StopSignals
-from walle_ray.topology import check_samplers, parse_topology, plan_resources
+from walle_ray.topology import check_samplers, parse_topology, plan_packing, plan_resources
 
 
 @dataclass
@@ -39,14 +41,17 @@ class RunResult:
 
 
 def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
-    old = ckpt["config"]
-    if old.get("env", {}).get("id") != cfg.env.id:
-        raise CheckpointError(f"checkpoint in {path} was trained on env {old['env']['id']!r}, "
-                              f"not {cfg.env.id!r}")
+    old = ckpt["config"].get("env", {})
+    for key in ("id", "entry_point"):
+        if old.get(key) != cfg.env[key]:
+            raise CheckpointError(f"checkpoint in {path} was trained on env.{key}="
+                                  f"{old.get(key)!r}, not {cfg.env[key]!r}")
 
 
-def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = "walle_ray"):
-    """A LocalFleet for ``topology=local``, else Ray actors placed by the resource plan.
+def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = "walle_ray",
+               announce: bool = False):
+    """A LocalFleet for ``topology=local``, else Ray actors packed into processes
+    (``topology.pack``) and placed by the resource plan; ``announce`` prints the plan.
 
     Each run's actors live in their own Ray namespace, so two runs on one cluster can both
     name theirs ``walle/sampler-0``.
@@ -62,9 +67,15 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace=namespace)
     cpus, gpus = cluster_resources()
     check_gpus(topo.learners, cfg.learner.num_gpus, gpus)
-    plan = plan_resources(topo, cpus, cfg.learner.num_gpus, cfg.topology.sampler_cpus,
-                          cfg.topology.learner_cpus)
-    return RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s)
+    pack = str(cfg.topology.pack)
+    packing = plan_packing(topo, cpus, int(pack) if pack.isdigit() else pack,
+                           cfg.learner.num_gpus, algorithm_for(cfg.algo).packed_learner is not None)
+    plan = plan_resources(packing.processes(topo), cpus, cfg.learner.num_gpus,
+                          cfg.topology.sampler_cpus, cfg.topology.learner_cpus)
+    if announce:
+        print(f"walle_ray: {topo} on {cpus:g} CPUs: {packing.describe(topo)} "
+              f"(topology.pack={pack})", flush=True)
+    return RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s, packing)
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
@@ -174,7 +185,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
               + ("; GPU learners decide for their GPU" if cfg.learner.num_gpus > 0 else ""),
               flush=True)
     namespace = f"walle_ray-{run_dir.name}"
-    fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=namespace)
+    fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=namespace, announce=True)
     try:
         if ckpt:
             try:
@@ -227,6 +238,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
             fleet.load_learner_state(saved["learner"])
             restore_memories(cfg, fleet, saved)
 
+    times = RunTimes.for_run(cfg, topo, run_dir, resumed=ckpt is not None)  # report.json
     stopped_by = "error"
     start = (time.perf_counter(), counters["env_steps"])
     with StopSignals() as signals:
@@ -238,12 +250,14 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
 
             hooks = [Periodic("env_steps", cfg.eval.every_env_steps, evaluation,
                               counters["env_steps"])] if evaluation else []
-            hooks += [Periodic("iteration", 1, report, counters["iterations"]),
+            hooks += [Footprint(lambda: fleet, counters),
+                      Periodic("iteration", 1, report, counters["iterations"]),
                       Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint(),
                                counters["iterations"])]
             while True:
                 try:
-                    stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start)
+                    stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start,
+                                          times=times)
                     break
                 except RoleDied as failure:
                     if counters.get("restarts", 0) >= cfg.run.max_restarts:
@@ -263,6 +277,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
             finally:
                 metrics.close(signals.exit_code or int(stopped_by == "error"))
                 fleet.shutdown()
+    times.finish(run_dir, counters)  # the bottleneck report: report.json and its paragraph
     print(f"walle_ray: {label}: stopped ({stopped_by}) at {counters['env_steps']} env steps; "
           f"return {window.mean:.2f}; results in {run_dir.resolve()}", flush=True)
     return RunResult(run_dir, counters, stopped_by, signals.exit_code, dict(state["record"]))

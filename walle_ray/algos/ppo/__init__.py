@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -20,6 +21,15 @@ def make_update(cfg: DictConfig, model, collective, device: torch.device) -> PPO
 def fragment_length(cfg: DictConfig, topo) -> int:
     """Steps per env so that one round of all samplers fills ``algo.batch_size``."""
     return max(1, math.ceil(cfg.algo.batch_size / (topo.samplers * cfg.env.envs_per_sampler)))
+
+
+def packed_learner(cfg: DictConfig, shards: int) -> DictConfig:
+    """One learner process for ``shards`` shards takes all their rows, in minibatches
+    ``shards`` times larger: each step's gradient is the mean over as many rows as the
+    all-reduce of the shards' minibatches would average."""
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.minibatch_size = cfg.algo.minibatch_size * shards
+    return cfg
 
 
 def validate(cfg: DictConfig) -> None:
@@ -45,4 +55,4 @@ def validate(cfg: DictConfig) -> None:
 
 PPO = Algorithm(name="ppo", config_cls=PPOConfig, loop="sync", make_update=make_update,
                 fragment_length=fragment_length, validate=validate,
-                check_spaces=check_policy_spaces("PPO"))
+                check_spaces=check_policy_spaces("PPO"), packed_learner=packed_learner)

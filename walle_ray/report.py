@@ -1,0 +1,508 @@
+"""The bottleneck report: where each role's time went over a run, and one line of advice.
+
+During a run, ``RunTimes`` (fed by the driver loop, ``runtime/loop.py``) adds up, per role:
+
+- samplers: the env step (``env_s``), the policy's act (``act_s``), waiting on a full memory
+  (``put_wait_s``) and on weights (``weights_wait_s``), per sampler index;
+- learners: their calls' time (``train_s``), waiting for a batch (``batch_wait_s``), waiting
+  for the other learners in the all-reduces (``sync_wait_s``), the rest being compute; for a
+  synchronous algorithm, each iteration's collect/learn split;
+- memories: their fill and size at each record, the fragments their samplers wrote, and
+  the rows they served.
+
+At the end of the run ``RunTimes.finish`` writes ``<run dir>/report.json`` and prints its
+one-paragraph summary; ``python -m walle_ray.report <run dir>`` prints it again. A resumed
+run adds its figures to the ``totals`` of the report.json it finds, so the report covers
+the whole run. ``classify`` picks the advice from the figures alone, with the thresholds
+below.
+
+This module imports neither torch nor Ray: the command line reads a report in an instant.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPORT_FILE = "report.json"
+FORMAT_VERSION = 1
+
+# A memory that got or served nothing while the learners were idle at least this share of
+# their time starves the run (the learners wait on it, or on each other because of it).
+STARVED_IDLE = 0.5
+# Synchronous (or one-process) runs: the phase that takes at least this share of the time.
+SPLIT_BOUND = 0.6
+# Asynchronous runs: learners computing at least this share of their time...
+LEARNER_BUSY_BOUND = 0.85
+# ...or samplers blocked on full memories at least this share of theirs: learner-bound.
+SAMPLER_BLOCKED_BOUND = 0.3
+# Learners waiting for batches at least this share of their time: sampler-bound.
+BATCH_WAIT_BOUND = 0.4
+# Learners waiting for each other in the all-reduces at least this share: sync-bound.
+SYNC_WAIT_BOUND = 0.3
+
+# A sampler silent for at least this share of the run at its end (and this many seconds) is
+# said to be stuck in a call: its figures count only the calls that returned.
+SILENT_SHARE = 0.25
+SILENT_MIN_S = 5.0
+
+# Memory stats that count rows served / written since the memory was made, by memory type.
+_SERVED_KEYS = ("rows_out", "sampled")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What ``classify`` reads: shares of each role's own time, 0 to 1.
+
+    ``alternating``: the roles take turns (a synchronous algorithm, or ``topology=local``,
+    where every role runs in the driver process), so ``collect_share`` and ``learn_share``
+    split the run's time; otherwise samplers and learners run at once and the learner
+    shares (of their calls' time) apply.
+    """
+
+    alternating: bool = False
+    synchronous: bool = False  # collect, then learn: the learners never overlap the samplers
+    local: bool = False
+    collect_share: float = 0.0
+    learn_share: float = 0.0
+    env_share: float = 0.0  # samplers: in env steps
+    act_share: float = 0.0  # samplers: in the policy's act (inference)
+    put_wait_share: float = 0.0  # samplers: waiting on a full memory
+    weights_wait_share: float = 0.0  # samplers: waiting on weights
+    busy_share: float = 0.0  # learners: computing
+    batch_wait_share: float = 0.0  # learners: waiting for a batch
+    sync_wait_share: float = 0.0  # learners: waiting for each other
+    starved: tuple[int, ...] = ()  # memories that got or served nothing while others did
+    starved_unfed: tuple[int, ...] = ()  # those of them no sampler writes to
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _sampler_clause(f: Figures) -> str:
+    """What the samplers mostly do, and the advice that goes with it."""
+    more = ("use a Ray topology with several samplers (e.g. 4a1m1l)" if f.local
+            else "add samplers")
+    if f.act_share > f.env_share:
+        return (f"samplers spend {_pct(f.act_share)} in the policy's act; raise "
+                f"env.envs_per_sampler to batch inference, or {more}")
+    return f"samplers spend {_pct(f.env_share)} in env steps; {more} or env.envs_per_sampler"
+
+
+def _learner_advice(f: Figures) -> str:
+    """What relieves a learner-bound run of this kind."""
+    if f.synchronous and f.local:
+        return ("use a Ray topology with several learners (e.g. 2a1m2l) or learner.num_gpus=1, "
+                "or fewer epochs per batch")
+    if f.synchronous:
+        return "add learners (they split each batch), set learner.num_gpus=1, or fewer epochs"
+    if f.local:
+        return "use a Ray topology with a learner of its own (e.g. 2a1m1l) and learner.num_gpus=1"
+    return "add learners, set learner.num_gpus=1, or use fewer samplers"
+
+
+def classify(f: Figures) -> tuple[str, str]:
+    """The verdict (``starved``, ``learner-bound``, ``sync-bound``, ``sampler-bound`` or
+    ``balanced``) and the one line of advice, chosen from the figures alone."""
+    idle = f.batch_wait_share + f.sync_wait_share
+    if f.starved and (idle >= STARVED_IDLE or f.alternating):
+        k = f.starved[0]
+        why = "no sampler writes to it" if k in f.starved_unfed else "it gets no fragments"
+        return "starved", (f"starved by one memory: memory-{k} serves 0 batches ({why}) while "
+                           f"the learners wait {_pct(idle)}; give it samplers (A >= M, samplers "
+                           "a multiple of memories) or use fewer memories")
+    if f.alternating:
+        if f.learn_share >= SPLIT_BOUND:
+            return "learner-bound", (f"learner-bound: learning takes {_pct(f.learn_share)} of "
+                                     f"the time, collecting {_pct(f.collect_share)}; "
+                                     + _learner_advice(f))
+        if f.collect_share >= SPLIT_BOUND:
+            return "sampler-bound", (f"sampler-bound: collecting takes {_pct(f.collect_share)} "
+                                     f"of the time; " + _sampler_clause(f))
+        return "balanced", (f"balanced: collecting {_pct(f.collect_share)}, learning "
+                            f"{_pct(f.learn_share)}; scale samplers and learners together")
+    if f.sync_wait_share >= SYNC_WAIT_BOUND:
+        return "sync-bound", (f"sync-bound: learners wait {_pct(f.sync_wait_share)} for each "
+                              "other in the all-reduce; one is slower or its memories serve "
+                              "late: balance the memories or use fewer learners")
+    if f.busy_share >= LEARNER_BUSY_BOUND or f.put_wait_share >= SAMPLER_BLOCKED_BOUND:
+        return "learner-bound", (f"learner-bound: learners busy {_pct(f.busy_share)}, samplers "
+                                 f"blocked {_pct(f.put_wait_share)} on full memories; "
+                                 + _learner_advice(f))
+    if f.batch_wait_share >= BATCH_WAIT_BOUND:
+        return "sampler-bound", (f"sampler-bound: learners wait {_pct(f.batch_wait_share)} for "
+                                 "batches, " + _sampler_clause(f))
+    return "balanced", (f"balanced: learners busy {_pct(f.busy_share)}, samplers blocked "
+                        f"{_pct(f.put_wait_share)} on full memories; no role holds the others "
+                        "back: scale samplers and learners together")
+
+
+# ----------------------------------------------------------------------------- accumulating
+
+def _sampler_totals() -> dict:
+    return {"env_s": 0.0, "act_s": 0.0, "put_wait_s": 0.0, "weights_wait_s": 0.0,
+            "collect_s": 0.0, "env_steps": 0, "fragments": 0, "calls": 0}
+
+
+def _memory_totals() -> dict:
+    return {"records": 0, "fill_sum": 0.0, "size_sum": 0.0, "served_rows": 0,
+            "served_counted": 0, "fragments_in": 0}
+
+
+def new_totals() -> dict:
+    """The additive totals of a run (``report.json``'s ``totals``): sums and counts only,
+    so a resumed run's add to the earlier ones (``merge``)."""
+    return {"segments": 1, "wall_s": 0.0, "records": 0, "samplers": {},
+            "learners": {"train_s": 0.0, "batch_wait_s": 0.0, "sync_wait_s": 0.0,
+                         "updates": 0, "calls": 0, "empty_calls": 0},
+            "split": {"collect_s": 0.0, "learn_s": 0.0, "iterations": 0},
+            "memories": {}}
+
+
+def merge(a: dict, b: dict) -> dict:
+    """``a + b``, key by key, through nested dicts (keys of either)."""
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, dict):
+            out[key] = merge(a.get(key, {}), value)
+        else:
+            out[key] = a.get(key, 0) + value
+    return out
+
+
+def memory_fill(stats: dict) -> tuple[float, float]:
+    """(fill 0 to 1, rows or fragments held) of a memory's ``stats()``, whatever its type:
+    a replay shard's ``fill``, a mix's ``<type>_size`` over ``<type>_capacity``, a FIFO's
+    ``depth`` over ``capacity``."""
+    sizes = [v for k, v in stats.items() if k.endswith("_size")]
+    if sizes:
+        capacity = sum(v for k, v in stats.items() if k.endswith("_capacity"))
+        return (sum(sizes) / capacity if capacity else 0.0), float(sum(sizes))
+    size = stats.get("size", stats.get("depth", 0))
+    fill = stats.get("fill", size / stats["capacity"] if stats.get("capacity") else 0.0)
+    return float(fill), float(size)
+
+
+class RunTimes:
+    """Adds up where each role's time goes over a run, from what the driver loop already
+    receives: sampler reports, learner metrics, synchronous timings, memory stats.
+
+    ``meta``: the run's names (``algo``, ``env``, ``topology``, ``loop``, ``local``) and
+    ``feeders``, how many samplers write to each memory; ``memory_of_sampler(i)`` maps a
+    sampler to the memory it writes to. ``previous``: an earlier report's totals (a resumed
+    run), which the report adds to this run's.
+    """
+
+    def __init__(self, meta: dict | None = None, memory_of_sampler=None,
+                 previous: dict | None = None):
+        self.meta = dict(meta or {})
+        self.memory_of_sampler = memory_of_sampler or (lambda i: 0)
+        self.previous = previous
+        self.totals = new_totals()
+        self.served_last: dict[int, float] = {}  # memory k's served counter at its last record
+        self.started = self.ended = time.perf_counter()  # the first report, the last record
+        self.last_seen: dict[int, float] = {}  # when each sampler's last report came
+
+    @classmethod
+    def for_run(cls, cfg, topo, run_dir: Path, resumed: bool) -> "RunTimes":
+        """The accumulator of a run with this config and topology; a resumed run picks up
+        the totals of ``<run dir>/report.json`` (or of the run it resumes from)."""
+        from walle_ray.algos import algorithm_for
+
+        feeders = [sum(topo.memory_of_sampler(i) == k for i in range(topo.samplers))
+                   for k in range(topo.memories)]
+        meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
+                "loop": algorithm_for(cfg.algo).loop, "local": bool(topo.local),
+                "learners": topo.learners, "feeders": feeders}
+        previous = None
+        if resumed:
+            source = Path(cfg.run.resume)
+            for where in (Path(run_dir), source if source.is_dir() else source.parent.parent):
+                if (where / REPORT_FILE).is_file():
+                    previous = json.loads((where / REPORT_FILE).read_text()).get("totals")
+                    break
+        return cls(meta, topo.memory_of_sampler, previous)
+
+    def add_sampler(self, report: dict) -> None:
+        """One sampler call's report (one fragment, or a call's sum over its fragments)."""
+        i = int(report.get("sampler", 0))
+        self.last_seen[i] = time.perf_counter()
+        s = self.totals["samplers"].setdefault(str(i), _sampler_totals())
+        for key in ("env_s", "act_s", "put_wait_s", "weights_wait_s", "collect_s", "env_steps"):
+            s[key] += report.get(key, 0) or 0
+        s["fragments"] += report.get("fragments", 1) - report.get("dropped", 0)
+        s["calls"] += 1
+        m = self.totals["memories"].setdefault(str(self.memory_of_sampler(i)), _memory_totals())
+        m["fragments_in"] += report.get("fragments", 1) - report.get("dropped", 0)
+
+    def add_learner(self, metrics: dict) -> None:
+        """One learner call's metrics (before the loop's ``Interval`` pops its counters).
+        ``sync_wait_s`` is a mean per update there; a call without an update spent what
+        was not batch waiting in the all-reduce that found another learner without one."""
+        lr = self.totals["learners"]
+        updates = int(metrics.get("updates", 0))
+        train_s, wait_s = metrics.get("train_s", 0.0), metrics.get("batch_wait_s", 0.0)
+        lr["train_s"] += train_s
+        lr["batch_wait_s"] += wait_s
+        lr["sync_wait_s"] += (metrics.get("sync_wait_s", 0.0) * updates if updates
+                              else max(0.0, train_s - wait_s))
+        lr["updates"] += updates
+        lr["calls"] += 1
+        lr["empty_calls"] += not updates
+
+    def add_record(self, dt: float, timing: dict | None, memories: list[dict]) -> None:
+        """One metrics record's interval: its wall time, a synchronous iteration's split, and
+        the memories' stats at its end."""
+        self.totals["wall_s"] += dt
+        self.ended = time.perf_counter()
+        self.totals["records"] += 1
+        if timing is not None:
+            split = self.totals["split"]
+            split["collect_s"] += timing["collect_s"]
+            split["learn_s"] += timing["learn_s"]
+            split["iterations"] += 1
+        for k, stats in enumerate(memories):
+            m = self.totals["memories"].setdefault(str(k), _memory_totals())
+            fill, size = memory_fill(stats)
+            m["records"] += 1
+            m["fill_sum"] += fill
+            m["size_sum"] += size
+            served = next((stats[key] for key in _SERVED_KEYS if key in stats), None)
+            if served is not None:
+                m["served_counted"] += 1
+                last = self.served_last.get(k, 0)
+                # A counter that went back belongs to a memory rebuilt after a failure.
+                m["served_rows"] += served - last if served >= last else served
+                self.served_last[k] = served
+
+    def run_totals(self) -> dict:
+        """This run's totals added to those of the run it resumed."""
+        if self.previous is None:
+            return self.totals
+        both = merge(self.previous, self.totals)
+        both["segments"] = self.previous.get("segments", 1) + 1
+        return both
+
+    def silent(self) -> dict[int, float]:
+        """Seconds between each sampler's last report (the start for one that sent none)
+        and the last record: a long silence is a call that never returned, e.g. blocked on
+        a full memory. Only an asynchronous Ray run's samplers can be silent."""
+        if self.meta.get("loop") != "async" or self.meta.get("local"):
+            return {}
+        indices = set(self.last_seen) | set(range(sum(self.meta.get("feeders") or [])))
+        return {i: max(0.0, self.ended - self.last_seen.get(i, self.started))
+                for i in sorted(indices)}
+
+    def finish(self, run_dir: Path, counters: dict) -> dict | None:
+        """Write ``report.json`` and print its summary; a report that cannot be made is
+        said in one line, and the run it describes stands."""
+        try:
+            report = build_report(self.run_totals(), self.meta, counters, self.silent())
+            path = Path(run_dir) / REPORT_FILE
+            path.write_text(json.dumps(report, indent=1) + "\n")
+        except Exception as exc:  # the report describes the run; it must not fail it
+            print(f"walle_ray: no bottleneck report ({type(exc).__name__}: {exc})",
+                  file=sys.stderr, flush=True)
+            return None
+        print(report["summary"], flush=True)
+        return report
+
+
+# ----------------------------------------------------------------------------- the report
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.0
+
+
+def sampler_figures(totals: dict) -> dict:
+    """The samplers' shares of their own time (collecting plus waiting), pooled over the
+    samplers, and per sampler."""
+    keys = ("env_s", "act_s", "put_wait_s", "weights_wait_s", "collect_s")
+    pooled = {key: sum(s[key] for s in totals["samplers"].values()) for key in keys}
+
+    def shares(s: dict) -> dict:
+        own = s["collect_s"] + s["put_wait_s"] + s["weights_wait_s"]
+        out = {f"{key[:-2]}_share": _share(s[key], own)
+               for key in ("env_s", "act_s", "put_wait_s", "weights_wait_s")}
+        out["other_share"] = max(0.0, 1 - sum(out.values()))
+        return {"time_s": own, **out}
+
+    per = [{"index": int(i), **s, **shares(s)}
+           for i, s in sorted(totals["samplers"].items(), key=lambda kv: int(kv[0]))]
+    return {"count": len(per), **shares(pooled), "per_sampler": per}
+
+
+def learner_figures(totals: dict, alternating_s: float | None) -> dict:
+    """The learners' shares of their calls' time. ``alternating_s``: where the roles take
+    turns in one process and the learner calls are not timed (``topology=local``'s
+    asynchronous loop), the time the samplers did not take."""
+    lr = totals["learners"]
+    time_s = lr["train_s"] if lr["train_s"] > 0 or alternating_s is None else alternating_s
+    batch, sync = lr["batch_wait_s"], min(lr["sync_wait_s"], time_s)
+    return {"time_s": time_s, "busy_share": _share(max(0.0, time_s - batch - sync), time_s),
+            "batch_wait_share": _share(batch, time_s), "sync_wait_share": _share(sync, time_s),
+            "updates": lr["updates"], "calls": lr["calls"],
+            "calls_without_update": lr["empty_calls"]}
+
+
+def memory_figures(totals: dict, feeders: list[int]) -> list[dict]:
+    """Per memory: the samplers writing to it, its mean fill and size over the records, the
+    fragments its samplers wrote and the rows it served (where its type counts them)."""
+    count = max([len(feeders)] + [int(k) + 1 for k in totals["memories"]])
+    out = []
+    for k in range(count):
+        m = {**_memory_totals(), **totals["memories"].get(str(k), {})}
+        records = m["records"]
+        out.append({"index": k, "samplers": feeders[k] if k < len(feeders) else None,
+                    "fill_mean": m["fill_sum"] / records if records else None,
+                    "size_mean": m["size_sum"] / records if records else None,
+                    "fragments_in": m["fragments_in"], "served_rows": m["served_rows"],
+                    "served_counted": m["served_counted"], "records": records})
+    return out
+
+
+def starved_memories(memories: list[dict]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Memories that got no fragment, or (where the run records it) served no row, while
+    another memory did: a memory that holds its learner back alone. (All memories idle is
+    a run that has not started learning, not one memory starving.)"""
+    if len(memories) < 2:
+        return (), ()
+    got = [m["fragments_in"] > 0 for m in memories]
+    served = [m["served_rows"] > 0 or not m["served_counted"] for m in memories]
+    starved = tuple(m["index"] for m, g in zip(memories, got) if not g and any(got))
+    if not starved and any(m["served_rows"] > 0 for m in memories):
+        starved = tuple(m["index"] for m, s in zip(memories, served) if not s)
+    unfed = tuple(k for k in starved if memories[k]["samplers"] == 0)
+    return starved, unfed
+
+
+def build_report(totals: dict, meta: dict, counters: dict | None = None,
+                 silent: dict[int, float] | None = None) -> dict:
+    """The report (``report.json``) of a run's totals: the figures per role, the verdict,
+    the advice line and the summary paragraph. ``silent``: seconds since each sampler's
+    last report when the run stopped."""
+    counters = counters or {}
+    split = totals["split"]
+    local = bool(meta.get("local"))
+    samplers = sampler_figures(totals)
+    sampler_s = sum(s["collect_s"] for s in samplers["per_sampler"])
+    wall = totals["wall_s"]
+    alternating = meta.get("loop") == "sync" or local
+    if split["iterations"]:
+        collect_s, learn_s = split["collect_s"], split["learn_s"]
+    else:  # one process, asynchronous loop: what the samplers did not take was learning's
+        collect_s, learn_s = min(sampler_s, wall), max(0.0, wall - sampler_s)
+    learners = learner_figures(totals, learn_s if local and not split["iterations"] else None)
+    memories = memory_figures(totals, list(meta.get("feeders") or []))
+    starved, unfed = starved_memories(memories)
+    phases = collect_s + learn_s
+    figures = Figures(
+        alternating=alternating, synchronous=meta.get("loop") == "sync", local=local,
+        collect_share=_share(collect_s, phases), learn_share=_share(learn_s, phases),
+        env_share=samplers["env_share"], act_share=samplers["act_share"],
+        put_wait_share=samplers["put_wait_share"],
+        weights_wait_share=samplers["weights_wait_share"],
+        busy_share=learners["busy_share"], batch_wait_share=learners["batch_wait_share"],
+        sync_wait_share=learners["sync_wait_share"], starved=starved, starved_unfed=unfed)
+    verdict, advice = classify(figures)
+    report = {
+        "format": FORMAT_VERSION,
+        "run": {**{k: meta.get(k) for k in ("algo", "env", "topology", "loop", "local",
+                                             "learners")},
+                "segments": totals.get("segments", 1), "wall_s": wall,
+                "env_steps": counters.get("env_steps", sum(s["env_steps"] for s in
+                                                           samplers["per_sampler"])),
+                "updates": counters.get("updates", learners["updates"])},
+        "samplers": samplers, "learners": learners,
+        "iterations": ({"count": split["iterations"], "collect_s": collect_s, "learn_s": learn_s,
+                        "collect_share": figures.collect_share,
+                        "learn_share": figures.learn_share} if alternating else None),
+        "memories": memories, "figures": asdict(figures),
+        "silent_samplers": {str(i): s for i, s in (silent or {}).items()
+                            if s >= max(SILENT_MIN_S, SILENT_SHARE * wall)},
+        "verdict": verdict, "advice": advice, "totals": totals,
+    }
+    report["summary"] = summary(report)
+    return report
+
+
+def summary(report: dict) -> str:
+    """The one paragraph printed at the end of a run and by ``python -m walle_ray.report``."""
+    run, s, lr, it = report["run"], report["samplers"], report["learners"], report["iterations"]
+    over = f" over {run['segments']} runs" if run["segments"] > 1 else ""
+    text = (f"walle_ray: where the time went ({run['algo']} {run['env']} {run['topology']}, "
+            f"{run['wall_s']:.1f} s{over}): ")
+    if it is not None:
+        text += (f"collecting took {_pct(it['collect_share'])} of the time and learning "
+                 f"{_pct(it['learn_share'])}; ")
+    who, its = _role(s["count"], "sampler")
+    text += (f"{who} spent {_pct(s['env_share'])} of {its} time in env steps, "
+             f"{_pct(s['act_share'])} in the policy's act, {_pct(s['put_wait_share'])} waiting "
+             f"on full memories and {_pct(s['weights_wait_share'])} on weights; ")
+    who, its = _role(run.get("learners"), "learner")
+    others = ("" if run.get("learners") == 1
+              else f" and {_pct(lr['sync_wait_share'])} for each other")
+    text += (f"{who} computed {_pct(lr['busy_share'])} of {its} time, waited "
+             f"{_pct(lr['batch_wait_share'])} for batches{others} ({lr['updates']} updates)")
+    if run["loop"] != "sync" and any(m["records"] or m["fragments_in"] for m in report["memories"]):
+        text += "; " + ", ".join(_memory_phrase(m) for m in report["memories"])
+    silent = report.get("silent_samplers") or {}
+    if silent:
+        names = ", ".join(f"sampler-{i}" for i in silent)
+        text += (f"; {names} sent no report for the last {max(silent.values()):.0f} s (a call "
+                 "that never returned: blocked on a full memory or on weights; its figures "
+                 "count only the calls that did)")
+    return text + f". Advice: {report['advice']}."
+
+
+def _role(n: int | None, role: str) -> tuple[str, str]:
+    """("the sampler", "its") or ("the 4 samplers", "their")."""
+    if n == 1:
+        return f"the {role}", "its"
+    return (f"the {n} {role}s" if n else f"the {role}s"), "their"
+
+
+def _memory_phrase(m: dict) -> str:
+    fill = "" if m["fill_mean"] is None else f", {_pct(m['fill_mean'])} full on average"
+    n = m["samplers"]
+    fed = ("its samplers" if n is None else "no sampler" if n == 0 else
+           f"{n} sampler" + ("s" if n > 1 else ""))
+    return (f"memory-{m['index']} ({fed}{fill}) got {m['fragments_in']} fragments and served "
+            f"{m['served_rows']} rows")
+
+
+# ----------------------------------------------------------------------------- command line
+
+def load_report(run_dir: Path) -> dict:
+    """The report of a run directory; raises FileNotFoundError with a one-line reason."""
+    path = Path(run_dir) / REPORT_FILE
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a directory")
+    if not path.is_file():
+        older = " (a run from before the bottleneck report)" if (
+            Path(run_dir) / "metrics.jsonl").is_file() else " (not a run directory)"
+        raise FileNotFoundError(f"{run_dir} has no {REPORT_FILE}{older}")
+    return json.loads(path.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m walle_ray.report <run dir>``: print the run's summary paragraph again."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print("usage: python -m walle_ray.report <run dir>", file=sys.stderr)
+        return 2
+    try:
+        report = load_report(Path(args[0]))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"walle_ray.report: {exc}", file=sys.stderr)
+        return 2
+    print(report["summary"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
