@@ -56,7 +56,7 @@ class EnvConfig:
     normalize_obs: bool = False  # running mean/std observation normalisation in the model
     normalize_reward: bool = False  # scale rewards by the std of the discounted return
     kwargs: Any = field(default_factory=dict)  # extra keyword arguments for gymnasium.make
-    # Your own envs (docs in the README, "Your own environment"): modules every process
+    # Your own envs (docs/user_code.md, "Your own environment"): modules every process
     # imports before it makes envs, e.g. [my_pkg.envs]; gymnasium's 'my_pkg.envs:Corridor-v0'
     # in env.id does the same for one module.
     imports: list = field(default_factory=list)
@@ -116,8 +116,8 @@ class ModelConfig:
     # Image torso under bfloat16 autocast: auto (only where the CPU or GPU computes bfloat16
     # natively; elsewhere it is emulated and much slower), true or false
     bf16: str = "auto"
-    # Your own network (README, "Your own network"): 'my_pkg.nets:MyActorCritic' (or Hydra's
-    # 'my_pkg.nets.MyActorCritic'), called as target(obs_space, action_space, model_cfg,
+    # Your own network (docs/user_code.md, "Your own network"): 'my_pkg.nets:MyActorCritic'
+    # (or Hydra's 'my_pkg.nets.MyActorCritic'), called as target(obs_space, action_space, model_cfg,
     # **model.kwargs) in every process that builds the model; None: the built-in network
     _target_: Optional[str] = None
     kwargs: Dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for _target_

@@ -71,17 +71,15 @@ def build_user_net(obs_space: gym.Space, action_space: gym.Space, cfg) -> nn.Mod
 
 
 class UserNetwork(NumpyWeights, nn.Module):
-    """What the three wrappers share: the user's module as ``net`` and its name."""
+    """What the three wrappers share: the user's module as ``net`` and its name. Each wrapper's
+    ``check(obs, action_space, algo_cfg)`` raises ConfigError unless the user's module meets
+    its contract on ``obs``."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg):
         super().__init__()
         cfg = model_config(cfg)
         self.target = cfg._target_
         self.net = build_user_net(obs_space, action_space, cfg)
-
-    def check(self, obs: torch.Tensor, action_space: gym.Space, algo_cfg) -> None:
-        """Raise ConfigError unless the user's module meets its contract on ``obs``."""
-        raise NotImplementedError
 
 
 class UserActorCritic(UserNetwork):
