@@ -14,7 +14,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from walle_ray.report import RunTimes
+from walle_ray.runtime.times import RunTimes
 
 
 class Periodic:
@@ -93,7 +93,7 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
     ``hooks`` in order (evaluation adds its keys, the report writes the record, then the
     checkpoint). ``start`` is the run's (perf_counter, env steps) at its start, which a loop
     restarted after a rebuild keeps for its wall budget and rates. ``times`` adds up where
-    each role's time went, for the bottleneck report (``walle_ray/report.py``)."""
+    each role's time went, for the bottleneck report (``runtime/times.py``)."""
     started, steps_at_start = start
     times = times if times is not None else RunTimes()
     for key in ("env_steps_consumed", "updates", "dropped_fragments"):

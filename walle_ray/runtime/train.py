@@ -19,7 +19,7 @@ from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
 from walle_ray.models.precision import describe as describe_bf16
 from walle_ray.models.user import check_user_model
-from walle_ray.report import RunTimes
+from walle_ray.runtime.times import RunTimes
 from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
                                           load_checkpoint, save_checkpoint, tensors_to_arrays)
 from walle_ray.runtime.fleet import RoleDied, RoleError

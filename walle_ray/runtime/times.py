@@ -1,0 +1,157 @@
+"""The bottleneck report's accumulator: ``RunTimes`` adds up where each role's time goes
+during a run (fed by ``runtime/loop.py``) and, when it ends, writes ``report.json`` with the
+figures, the advice and the summary that ``walle_ray/report.py`` makes of them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from walle_ray.report import (REPORT_FILE, memory_totals, sampler_totals, build_report,
+                              merge, new_totals)
+
+# Memory stats that count rows served / written since the memory was made, by memory type.
+_SERVED_KEYS = ("rows_out", "sampled")
+
+
+def memory_fill(stats: dict) -> tuple[float, float]:
+    """(fill 0 to 1, rows or fragments held) of a memory's ``stats()``, whatever its type:
+    a replay shard's ``fill``, a mix's ``<type>_size`` over ``<type>_capacity``, a FIFO's
+    ``depth`` over ``capacity``."""
+    sizes = [v for k, v in stats.items() if k.endswith("_size")]
+    if sizes:
+        capacity = sum(v for k, v in stats.items() if k.endswith("_capacity"))
+        return (sum(sizes) / capacity if capacity else 0.0), float(sum(sizes))
+    size = stats.get("size", stats.get("depth", 0))
+    fill = stats.get("fill", size / stats["capacity"] if stats.get("capacity") else 0.0)
+    return float(fill), float(size)
+
+
+class RunTimes:
+    """Adds up where each role's time goes over a run, from what the driver loop already
+    receives: sampler reports, learner metrics, synchronous timings, memory stats.
+
+    ``meta``: the run's names (``algo``, ``env``, ``topology``, ``loop``, ``local``) and
+    ``feeders``, how many samplers write to each memory; ``memory_of_sampler(i)`` maps a
+    sampler to the memory it writes to. ``previous``: an earlier report's totals (a resumed
+    run), which the report adds to this run's.
+    """
+
+    def __init__(self, meta: dict | None = None, memory_of_sampler=None,
+                 previous: dict | None = None):
+        self.meta = dict(meta or {})
+        self.memory_of_sampler = memory_of_sampler or (lambda i: 0)
+        self.previous = previous
+        self.totals = new_totals()
+        self.served_last: dict[int, float] = {}  # memory k's served counter at its last record
+        self.started = self.ended = time.perf_counter()  # the first report, the last record
+        self.last_seen: dict[int, float] = {}  # when each sampler's last report came
+
+    @classmethod
+    def for_run(cls, cfg, topo, run_dir: Path, resumed: bool) -> "RunTimes":
+        """The accumulator of a run with this config and topology; a resumed run picks up
+        the totals of ``<run dir>/report.json`` (or of the run it resumes from)."""
+        from walle_ray.algos import algorithm_for
+
+        feeders = [sum(topo.memory_of_sampler(i) == k for i in range(topo.samplers))
+                   for k in range(topo.memories)]
+        meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
+                "loop": algorithm_for(cfg.algo).loop, "local": bool(topo.local),
+                "learners": topo.learners, "feeders": feeders}
+        previous = None
+        if resumed:
+            source = Path(cfg.run.resume)
+            for where in (Path(run_dir), source if source.is_dir() else source.parent.parent):
+                if (where / REPORT_FILE).is_file():
+                    previous = json.loads((where / REPORT_FILE).read_text()).get("totals")
+                    break
+        return cls(meta, topo.memory_of_sampler, previous)
+
+    def add_sampler(self, report: dict) -> None:
+        """One sampler call's report (one fragment, or a call's sum over its fragments)."""
+        i = int(report.get("sampler", 0))
+        self.last_seen[i] = time.perf_counter()
+        s = self.totals["samplers"].setdefault(str(i), sampler_totals())
+        for key in ("env_s", "act_s", "put_wait_s", "weights_wait_s", "collect_s", "env_steps"):
+            s[key] += report.get(key, 0) or 0
+        s["fragments"] += report.get("fragments", 1) - report.get("dropped", 0)
+        s["calls"] += 1
+        m = self.totals["memories"].setdefault(str(self.memory_of_sampler(i)), memory_totals())
+        m["fragments_in"] += report.get("fragments", 1) - report.get("dropped", 0)
+
+    def add_learner(self, metrics: dict) -> None:
+        """One learner call's metrics (before the loop's ``Interval`` pops its counters).
+        ``sync_wait_s`` is a mean per update there; a call without an update spent what
+        was not batch waiting in the all-reduce that found another learner without one."""
+        lr = self.totals["learners"]
+        updates = int(metrics.get("updates", 0))
+        train_s, wait_s = metrics.get("train_s", 0.0), metrics.get("batch_wait_s", 0.0)
+        lr["train_s"] += train_s
+        lr["batch_wait_s"] += wait_s
+        lr["sync_wait_s"] += (metrics.get("sync_wait_s", 0.0) * updates if updates
+                              else max(0.0, train_s - wait_s))
+        lr["updates"] += updates
+        lr["calls"] += 1
+        lr["empty_calls"] += not updates
+
+    def add_record(self, dt: float, timing: dict | None, memories: list[dict]) -> None:
+        """One metrics record's interval: its wall time, a synchronous iteration's split, and
+        the memories' stats at its end."""
+        self.totals["wall_s"] += dt
+        self.ended = time.perf_counter()
+        self.totals["records"] += 1
+        if timing is not None:
+            split = self.totals["split"]
+            split["collect_s"] += timing["collect_s"]
+            split["learn_s"] += timing["learn_s"]
+            split["iterations"] += 1
+        for k, stats in enumerate(memories):
+            m = self.totals["memories"].setdefault(str(k), memory_totals())
+            fill, size = memory_fill(stats)
+            m["records"] += 1
+            m["fill_sum"] += fill
+            m["size_sum"] += size
+            served = next((stats[key] for key in _SERVED_KEYS if key in stats), None)
+            if served is not None:
+                m["served_counted"] += 1
+                last = self.served_last.get(k, 0)
+                # A counter that went back belongs to a memory rebuilt after a failure.
+                m["served_rows"] += served - last if served >= last else served
+                self.served_last[k] = served
+
+    def run_totals(self) -> dict:
+        """This run's totals added to those of the run it resumed."""
+        if self.previous is None:
+            return self.totals
+        both = merge(self.previous, self.totals)
+        both["segments"] = self.previous.get("segments", 1) + 1
+        return both
+
+    def silent(self) -> dict[int, float]:
+        """Seconds between each sampler's last report (the start for one that sent none)
+        and the last record: a long silence is a call that never returned, e.g. blocked on
+        a full memory. Only an asynchronous Ray run's samplers can be silent."""
+        if self.meta.get("loop") != "async" or self.meta.get("local"):
+            return {}
+        indices = set(self.last_seen) | set(range(sum(self.meta.get("feeders") or [])))
+        return {i: max(0.0, self.ended - self.last_seen.get(i, self.started))
+                for i in sorted(indices)}
+
+    def finish(self, run_dir: Path, counters: dict) -> dict | None:
+        """Write ``report.json`` and print its summary; a report that cannot be made is
+        said in one line, and the run it describes stands."""
+        try:
+            report = build_report(self.run_totals(), self.meta, counters, self.silent())
+            path = Path(run_dir) / REPORT_FILE
+            path.write_text(json.dumps(report, indent=1) + "\n")
+        except Exception as exc:  # the report describes the run; it must not fail it
+            print(f"walle_ray: no bottleneck report ({type(exc).__name__}: {exc})",
+                  file=sys.stderr, flush=True)
+            return None
+        print(report["summary"], flush=True)
+        return report
+
+
+# ----------------------------------------------------------------------------- the report
