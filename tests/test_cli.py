@@ -91,29 +91,44 @@ def test_gpus_missing_from_the_cluster_fail_fast(tmp_path):
     assert time.monotonic() - t0 < 90
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_writes_checkpoint_and_metrics_then_exits(tmp_path, sig):
+@pytest.mark.parametrize("sig,when", [(signal.SIGINT, "running"), (signal.SIGTERM, "running"),
+                                      (signal.SIGTERM, "starting")])
+def test_signal_writes_checkpoint_and_metrics_then_exits(tmp_path, sig, when):
+    """The signal goes to the run's whole process group, as Ctrl-C in a terminal or
+    ``timeout`` sends it: Ray's local processes must outlive it while the driver saves."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "walle_ray", "topology=2a1m1l", "run.total_env_steps=10000000",
          f"hydra.run.dir={run_dir}", *TINY], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (
-            (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 3):
-        time.sleep(0.5)
-    assert proc.poll() is None, proc.stdout.read()
-    proc.send_signal(sig)
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True)
+    seen = []
+    if when == "starting":  # the roles are being started: the plan line comes just before
+        for line in proc.stdout:
+            seen.append(line)
+            if " CPUs: " in line or "Traceback" in line:
+                break
+    else:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 3):
+            time.sleep(0.5)
+    assert proc.poll() is None, "".join(seen)
+    os.killpg(proc.pid, sig)
     t0 = time.monotonic()
-    out, _ = proc.communicate(timeout=30)
-    assert time.monotonic() - t0 < 30
+    out, _ = proc.communicate(timeout=60)
+    out = "".join(seen) + out
+    assert time.monotonic() - t0 < 60
     assert proc.returncode == 128 + sig, out
-    assert "stopped (signal)" in out
-    last = metrics(run_dir)[-1]
+    assert "stopped (signal)" in out and "no final checkpoint" not in out, out
     from walle_ray.runtime.checkpoint import load_checkpoint
 
+    records = metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
+    last = records[-1] if records else {"env_steps": 0}  # stopped before its first iteration
     assert load_checkpoint(run_dir)["counters"]["env_steps"] == last["env_steps"]
-    if sig == signal.SIGTERM:  # and the run goes on from there
+    if when == "starting":
+        assert "waiting for the roles to start" in out
+    if sig == signal.SIGTERM and when == "running":  # and the run goes on from there
         more = last["env_steps"] + 512
         out = run_cli(f"run.resume={run_dir}", f"run.total_env_steps={more}").stdout
         assert f"resumed at {last['env_steps']} env steps" in out

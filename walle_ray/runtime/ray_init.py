@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from walle_ray.config import ConfigError
@@ -22,14 +26,60 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
         return
     address = address or os.environ.get("RAY_ADDRESS")
     kwargs = dict(namespace=namespace, logging_level=logging.ERROR, log_to_driver=True)
-    if address:
-        context = ray.init(address=address, **kwargs)
-    else:
-        host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
-        context = ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_host=host,
-                           **kwargs)
+    with keep_python_handlers():
+        if address:
+            context = ray.init(address=address, **kwargs)
+        else:
+            host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
+            with own_session():
+                context = ray.init(num_cpus=num_cpus, include_dashboard=True,
+                                   dashboard_host=host, **kwargs)
     if context.dashboard_url:
         print("\n".join(dashboard_lines(context.dashboard_url, auth_mode())), flush=True)
+
+
+@contextlib.contextmanager
+def own_session() -> Iterator[None]:
+    """Start the local Ray instance's processes (GCS, raylet, dashboard, and through the
+    raylet every role) in a session of their own.
+
+    Ray blocks SIGINT in them but not SIGTERM, so a SIGTERM sent to the driver's whole
+    process group (``timeout``, ``kill -TERM -<pgid>``, a closed terminal's SIGHUP) would
+    kill every role while the driver is still writing its final checkpoint. In their own
+    session only the driver gets it; they still die with the driver (Ray's fate sharing)
+    and at ``ray.shutdown()``. Ray does the same on Windows, with a new process group.
+    """
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    from ray._private import services
+
+    base = services.ConsolePopen
+
+    class SessionPopen(base):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = SessionPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = base
+
+
+@contextlib.contextmanager
+def keep_python_handlers() -> Iterator[None]:
+    """Keep this process's Python handlers for SIGINT and SIGTERM (a run's clean stop,
+    runtime/signals.py): ``ray.init`` installs its own SIGTERM handler, which exits at once."""
+    main = threading.current_thread() is threading.main_thread()
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if callable(handler):
+                signal.signal(sig, handler)
 
 
 def auth_mode() -> str:

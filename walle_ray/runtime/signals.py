@@ -12,6 +12,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.requested: int | None = None
+        self.starting = True  # the roles are still starting: the run stops as soon as they are up
         self._previous = {}
 
     def __enter__(self) -> "StopSignals":
@@ -30,7 +31,8 @@ class StopSignals:
             raise KeyboardInterrupt
         self.requested = signum
         name = signal.Signals(signum).name
-        print(f"\nwalle_ray: {name} received; finishing this iteration, then writing a checkpoint "
+        now = "waiting for the roles to start" if self.starting else "finishing this iteration"
+        print(f"\nwalle_ray: {name} received; {now}, then writing a checkpoint "
               "(press Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
 
     @property

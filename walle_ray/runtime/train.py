@@ -159,7 +159,15 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
 
     ``overrides`` (the command line's) are kept in ``overrides.yaml`` once the run has passed
     its checks, for ``run.resume`` to start from; a refused attempt leaves them as they were.
+    A SIGINT or SIGTERM from the first line on stops the run cleanly: during start-up, once
+    the roles are up (a second Ctrl-C stops at once).
     """
+    with StopSignals() as signals:
+        return _train(cfg, run_dir, overrides, signals)
+
+
+def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
+           signals: StopSignals) -> RunResult:
     validate(cfg, algorithm=False)
     topo = parse_topology(cfg.topology.spec)
     algo = algorithm_for(cfg.algo)
@@ -241,42 +249,42 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
     times = RunTimes.for_run(cfg, topo, run_dir, resumed=ckpt is not None)  # report.json
     stopped_by = "error"
     start = (time.perf_counter(), counters["env_steps"])
-    with StopSignals() as signals:
-        try:
-            def report(record: dict) -> None:
-                state["record"] = record
-                metrics.write(record)
-                progress.update(record)
+    signals.starting = False
+    try:
+        def report(record: dict) -> None:
+            state["record"] = record
+            metrics.write(record)
+            progress.update(record)
 
-            hooks = [Periodic("env_steps", cfg.eval.every_env_steps, evaluation,
-                              counters["env_steps"])] if evaluation else []
-            hooks += [Footprint(lambda: fleet, counters),
-                      Periodic("iteration", 1, report, counters["iterations"]),
-                      Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint(),
-                               counters["iterations"])]
-            while True:
-                try:
-                    stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start,
-                                          times=times)
-                    break
-                except RoleDied as failure:
-                    if counters.get("restarts", 0) >= cfg.run.max_restarts:
-                        raise RoleDied(f"{failure}; gave up after run.max_restarts="
-                                       f"{cfg.run.max_restarts} restarts") from None
-                    rebuild(failure)
-        finally:
-            progress.close()
+        hooks = [Periodic("env_steps", cfg.eval.every_env_steps, evaluation,
+                          counters["env_steps"])] if evaluation else []
+        hooks += [Footprint(lambda: fleet, counters),
+                  Periodic("iteration", 1, report, counters["iterations"]),
+                  Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint(),
+                           counters["iterations"])]
+        while True:
             try:
-                if counters["iterations"] > state["last_saved_iteration"] or not (
-                        run_dir / "checkpoints" / "last.pt").exists():
-                    checkpoint()
-            except (RoleError, RayError) as exc:  # a dead learner cannot hand over its state
-                print(f"walle_ray: no final checkpoint ({first_line(exc)}); the last one, at "
-                      f"iteration {state['last_saved_iteration']}, is intact", file=sys.stderr,
-                      flush=True)
-            finally:
-                metrics.close(signals.exit_code or int(stopped_by == "error"))
-                fleet.shutdown()
+                stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start,
+                                      times=times)
+                break
+            except RoleDied as failure:
+                if counters.get("restarts", 0) >= cfg.run.max_restarts:
+                    raise RoleDied(f"{failure}; gave up after run.max_restarts="
+                                   f"{cfg.run.max_restarts} restarts") from None
+                rebuild(failure)
+    finally:
+        progress.close()
+        try:
+            if counters["iterations"] > state["last_saved_iteration"] or not (
+                    run_dir / "checkpoints" / "last.pt").exists():
+                checkpoint()
+        except (RoleError, RayError) as exc:  # a dead learner cannot hand over its state
+            print(f"walle_ray: no final checkpoint ({first_line(exc)}); the last one, at "
+                  f"iteration {state['last_saved_iteration']}, is intact", file=sys.stderr,
+                  flush=True)
+        finally:
+            metrics.close(signals.exit_code or int(stopped_by == "error"))
+            fleet.shutdown()
     times.finish(run_dir, counters)  # the bottleneck report: report.json and its paragraph
     print(f"walle_ray: {label}: stopped ({stopped_by}) at {counters['env_steps']} env steps; "
           f"return {window.mean:.2f}; results in {run_dir.resolve()}", flush=True)
