@@ -101,5 +101,7 @@ def learning_run(name: str, overrides: list[str], target: float, minutes: float,
                   for r in records],
         "met_target": reached is not None and reached["wall_s"] <= minutes * 60,
     }
+    if (run_dir / "report.json").exists():  # where the time went (walle_ray.report)
+        result["report"] = json.loads((run_dir / "report.json").read_text())
     write_result(name, result)
     return result
