@@ -72,15 +72,21 @@ def run_cli(args: list[str], run_dir: Path, timeout_s: float) -> tuple[list[dict
 
 
 def learning_run(name: str, overrides: list[str], target: float, minutes: float,
-                 title: str) -> dict:
+                 title: str, from_run: Path | None = None) -> dict:
     """Train until the mean of the last 20 episodes reaches ``target`` or ``minutes`` pass;
     writes benchmarks/results/<name>.json (the curve, minutes and agent steps to the target
-    or the best return reached) and <name>.png (return over wall-clock minutes)."""
-    run_dir = ROOT / "runs" / f"bench_{name}"
-    shutil.rmtree(run_dir, ignore_errors=True)
+    or the best return reached) and <name>.png (return over wall-clock minutes).
+    ``from_run``: make the result from that run directory (one stopped by hand) instead."""
+    run_dir = from_run or ROOT / "runs" / f"bench_{name}"
     overrides = [*overrides, f"run.max_wall_s={minutes * 60}", f"run.stop_at_return={target}",
                  "run.report_every_s=15"]
-    records, wall = run_cli(overrides, run_dir, timeout_s=minutes * 60 + 600)
+    if from_run is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        records, wall = run_cli(overrides, run_dir, timeout_s=minutes * 60 + 600)
+    else:
+        from walle_ray.logging.metrics import read_metrics
+
+        records, wall = read_metrics(run_dir / "metrics.jsonl"), None
     reached = next((r for r in records if r["return"] is not None and r["return"] >= target), None)
     best = max((r["return"] for r in records if r["return"] is not None), default=None)
     RESULTS.mkdir(parents=True, exist_ok=True)

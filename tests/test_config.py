@@ -1,5 +1,7 @@
 """Config composition: typos and wrong types are errors that name the key."""
 
+import re
+
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -40,6 +42,10 @@ def test_typos_and_wrong_types_name_the_key(override, key):
     ("algo.gamma=1.5", "algo.gamma"), ("algo.objective=trust", "algo.objective"),
     ("env.obs_size=64", "env.obs_size"), ("topology.spec=3x", "topology"),
     ("algo.minibatch_size=-1", "algo.minibatch_size"), ("mode=play", "mode"),
+    ("topology.resources={lerner: {trainer: 1}}", "topology.resources.lerner"),
+    ("topology.resources={learner: {trainer: 0}}", "topology.resources.learner.trainer"),
+    ("topology.resources={learner: {GPU: 1}}", "topology.resources.learner.GPU"),
+    ("topology.resources={learner: 1}", "topology.resources.learner"),
 ])
 def test_out_of_range_values_name_the_key(override, key):
     with pytest.raises(ConfigError) as err:
@@ -61,3 +67,19 @@ def test_resume_reuses_the_runs_overrides(tmp_path):
     args = rewrite_args([f"run.resume={tmp_path}", "run.total_env_steps=20"], CONF_DIR)
     assert args == ["env=halfcheetah", f"run.resume={tmp_path}", "run.total_env_steps=20",
                     f"hydra.run.dir={tmp_path}"]
+
+
+def test_role_resources_the_cluster_lacks_are_refused_before_any_role_starts():
+    """Roles asking for a custom resource wait forever where the cluster has too little."""
+    from walle_ray.runtime.ray_init import check_role_resources
+
+    asks = {"learner": {"trainer": 1}, "sampler": {"envs": 1}}
+    nodes = [{"CPU": 8, "trainer": 1, "envs": 16}, {"CPU": 8, "trainer": 1}]
+    check_role_resources(asks, {"learner": 2, "sampler": 16}, nodes)
+    for processes, words in (({"learner": 3, "sampler": 1}, "3 learner process(es) ask for 1 "
+                              "'trainer' each and the Ray cluster's nodes have 2"),
+                             ({"learner": 1, "sampler": 17}, "topology.resources.sampler.envs")):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            check_role_resources(asks, processes, nodes)
+    with pytest.raises(ConfigError, match="at most 1 on one node"):
+        check_role_resources({"learner": {"trainer": 2}}, {"learner": 1}, nodes)

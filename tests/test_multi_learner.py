@@ -62,10 +62,27 @@ def test_two_learners_match_one_learner_on_the_joined_batches(ray_session):
         ray.kill(lr)
 
 
+def replay_batches(obs_space, action_space, n: int, rows: int) -> list:
+    """``n`` replay batches of random CartPole-shaped transitions."""
+    from walle_ray.batch import ReplayBatch
+
+    rng = np.random.default_rng(0)
+    shape = (rows, *obs_space.shape)
+    return [ReplayBatch(obs=rng.normal(size=shape).astype(np.float32),
+                        action=rng.integers(0, action_space.n, rows),
+                        reward=rng.normal(size=rows).astype(np.float32),
+                        discount=np.full(rows, 0.99, np.float32),
+                        next_obs=rng.normal(size=shape).astype(np.float32),
+                        priority=np.full(rows, np.nan, np.float32),
+                        version_b=np.zeros(rows, np.int64), weight=np.ones(rows, np.float32),
+                        index=np.arange(k * rows, (k + 1) * rows))
+            for k in range(n)]
+
+
 def test_a_packed_learner_takes_the_steps_of_its_shards_all_reduced(ray_session):
     """One learner process for two shards (``topology.pack``) learns from a batch of each per
     update, with the config ``packed_learner`` gives it: the same weights as two learners
-    joined by gloo, for IMPALA and for PPO (whose minibatches double)."""
+    joined by gloo, for IMPALA, PPO (whose minibatches double) and DQN (replay batches)."""
     from walle_ray.runtime.fleet import packed_cfg
 
     ray = ray_session
@@ -74,12 +91,16 @@ def test_a_packed_learner_takes_the_steps_of_its_shards_all_reduced(ray_session)
                            "algo.max_grad_norm=1.0"),
         "ppo": make_cfg("algo=ppo", "algo.lr=1e-2", "algo.epochs=2", "algo.minibatch_size=16",
                         "algo.normalize_advantages=false", "~preset"),
+        "dqn": make_cfg("algo=dqn", "algo.lr=1e-2", "algo.target_update_every=1", "~preset"),
     }
     for name, cfg in cases.items():
         obs_space, action_space = env_spaces(cfg.env)
-        sampler = fragment_sampler(OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model),
-                                   4, 0.99, 0, 0)
-        frags = [sampler.collect()[0] for _ in range(4)]  # 16 rows each
+        if name == "dqn":
+            frags = replay_batches(obs_space, action_space, 4, rows=16)
+        else:
+            sampler = fragment_sampler(OmegaConf.to_object(cfg.env),
+                                       OmegaConf.to_object(cfg.model), 4, 0.99, 0, 0)
+            frags = [sampler.collect()[0] for _ in range(4)]  # 16 rows each
         a, b = frags[0::2], frags[1::2]
 
         packed = Learner(packed_cfg(cfg, 2), obs_space, action_space)

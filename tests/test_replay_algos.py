@@ -42,15 +42,19 @@ def test_priorities_round_trip_through_a_ray_memory_actor(ray_session):
 
 
 def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
-    out = run_cli("algo=apex", "env=cartpole", "topology=2a2m1l", "algo.learning_starts=200",
-                  "algo.capacity=2000", "algo.batch_size=32", "run.total_env_steps=4000",
-                  "memory.checkpoint=true", "logger.progress=line",
+    """Two learner shards packed into one process on 2 CPUs: each update learns from a batch
+    of each shard and sends each shard the new priorities of its own rows."""
+    out = run_cli("algo=apex", "env=cartpole", "topology=2a2m2l", "run.ray_num_cpus=2",
+                  "algo.learning_starts=200", "algo.capacity=2000", "algo.batch_size=32",
+                  "run.total_env_steps=4000", "memory.checkpoint=true", "logger.progress=line",
                   f"hydra.run.dir={tmp_path}").stdout
+    assert "2 learners in 1 process (2 each)" in out
     last = records(tmp_path)[-1]
     assert "stopped (budget)" in out and last["env_steps"] >= 4000
     assert last["updates"] > 0 and last["dropped_fragments"] == 0
     for k in (0, 1):
         assert last[f"memory/{k}/size"] > 0 and last[f"memory/{k}/mean_priority"] > 0
+        assert last[f"memory/{k}/priority_updates"] > 0
     assert (tmp_path / "checkpoints" / "last.pt").exists()
     ev = run_cli("mode=eval", f"run.checkpoint={tmp_path}/checkpoints/last.pt", "eval.episodes=2",
                  f"hydra.run.dir={tmp_path}/eval").stdout

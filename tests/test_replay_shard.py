@@ -328,3 +328,13 @@ def test_loading_more_than_capacity_is_refused():
     shard.put(transitions(range(16)))
     with pytest.raises(ValueError, match="room for 8"):
         PrioritizedReplay(8, 4, learning_starts=0).load_state_dict(shard.state_dict())
+
+
+def test_priorities_split_into_each_batchs_rows():
+    """A packed learner's new priorities, back to the shards whose batches it joined."""
+    from walle_ray.batch import Priorities
+
+    joined = Priorities(index=np.arange(10, 17), priority=np.arange(7, dtype=np.float32))
+    parts = joined.split([3, 4])
+    assert [p.index.tolist() for p in parts] == [[10, 11, 12], [13, 14, 15, 16]]
+    assert [p.priority.tolist() for p in parts] == [[0, 1, 2], [3, 4, 5, 6]]

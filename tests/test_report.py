@@ -122,6 +122,26 @@ def test_accumulated_reports_make_the_figures_and_the_paragraph():
     assert report["summary"].endswith(f"Advice: {report['advice']}.")
 
 
+def test_each_learner_process_has_its_own_figures():
+    """Two learner processes (learner-0,1 packed, learner-2,3 packed): a slow one shows."""
+    times = RunTimes({"algo": "impala", "env": "pong", "topology": "8a4m4l", "loop": "async",
+                      "local": False, "learners": 4, "feeders": [2, 2, 2, 2]},
+                     memory_of_sampler=lambda i: i % 4)
+    for _ in range(2):
+        times.add_learner({"learner": "0,1", "updates": 4, "train_s": 1.0, "batch_wait_s": 0.1,
+                           "sync_wait_s": 0.0})
+        times.add_learner({"learner": "2,3", "updates": 4, "train_s": 1.0, "batch_wait_s": 0.6,
+                           "sync_wait_s": 0.0})
+        times.add_record(1.0, None, [])
+    report = build_report(times.run_totals(), times.meta)
+    first, second = report["learners"]["per_learner"]
+    assert first["shards"] == "0,1" and first["batch_wait_share"] == pytest.approx(0.1)
+    assert second["shards"] == "2,3" and second["batch_wait_share"] == pytest.approx(0.6)
+    assert report["learners"]["batch_wait_share"] == pytest.approx(0.35)
+    assert ("(learner-0,1 computed 90%, waited 10% for batches, learner-2,3 computed 40%, "
+            "waited 60% for batches)") in report["summary"]
+
+
 def test_a_resumed_run_adds_its_totals_to_the_earlier_ones(tmp_path):
     meta = {"algo": "ppo", "env": "cartpole", "topology": "local", "loop": "sync",
             "local": True, "learners": 1, "feeders": [1]}

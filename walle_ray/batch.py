@@ -137,3 +137,12 @@ class Priorities:
 
     index: np.ndarray  # [N] int64 insert ids, from ``ReplayBatch.index``
     priority: np.ndarray  # [N] float32 |TD error| under the updated network's targets
+
+    def split(self, sizes: list[int]) -> list["Priorities"]:
+        """The parts for batches of ``sizes`` rows joined in that order: what a packed
+        learner (several shards' batches in one update) sends back to each shard."""
+        if sum(sizes) != len(self.index):
+            raise ValueError(f"priorities for {len(self.index)} rows cannot split into {sizes}")
+        cuts = np.cumsum(sizes)[:-1]
+        return [Priorities(index=i, priority=p) for i, p in
+                zip(np.split(self.index, cuts), np.split(self.priority, cuts), strict=True)]

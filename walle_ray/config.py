@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -93,6 +94,11 @@ class TopologyConfig:
     # topology has samplers and learners: auto, off (one process per role), or a number of
     # sampler processes (README, "Topology")
     pack: str = "auto"
+    # Custom Ray resources each role process asks for, by role, to place roles on chosen
+    # nodes: topology.resources={learner: {trainer: 1}} puts learner processes only on nodes
+    # started with ray start --resources='{"trainer": 1}' (README, "Cluster"); roles are
+    # sampler, memory, learner and ps
+    resources: Any = None
 
 
 @dataclass
@@ -205,6 +211,28 @@ def register_configs() -> None:
         cs.store(group="schema/algo", name=name, node=algo.config_cls)
 
 
+ROLE_KINDS = ("sampler", "memory", "learner", "ps")  # topology.resources' keys
+
+
+def validate_role_resources(resources) -> None:
+    """``topology.resources``: a mapping from role to a mapping of custom resource name to
+    amount (CPUs and GPUs have settings of their own)."""
+    key = "topology.resources"
+    example = "e.g. topology.resources={learner: {trainer: 1}}"
+    if resources is None:
+        return
+    _require(isinstance(resources, Mapping), key, f"got {resources!r}; {example}")
+    for role, asks in resources.items():
+        _require(role in ROLE_KINDS, f"{key}.{role}", f"is not a role; use {', '.join(ROLE_KINDS)}")
+        _require(isinstance(asks, Mapping), f"{key}.{role}", f"got {asks!r}; {example}")
+        for name, amount in asks.items():
+            _require(name not in ("CPU", "GPU", "memory", "object_store_memory"),
+                     f"{key}.{role}.{name}", "is Ray's own; CPUs and GPUs come from "
+                     "topology.sampler_cpus, topology.learner_cpus and learner.num_gpus")
+            _require(isinstance(amount, (int, float)) and not isinstance(amount, bool)
+                     and amount > 0, f"{key}.{role}.{name}", f"got {amount!r}; use a positive number")
+
+
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(f"{key}: {message}")
@@ -266,6 +294,7 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
     pack = str(cfg.topology.pack)
     _require(pack in ("auto", "off") or (pack.isdigit() and int(pack) > 0), "topology.pack",
              f"got {pack!r}; use auto, off or a positive number of sampler processes")
+    validate_role_resources(cfg.topology.resources)
     algo = algorithm_for(cfg.algo)
     snapshots = algo.memory_spec is not None and hasattr(algo.memory_spec(cfg, 0)[0], "state_dict")
     _require(not cfg.memory.checkpoint or snapshots, "memory.checkpoint",

@@ -69,7 +69,8 @@ class Update(Protocol):
 
     def memory_feedback(self) -> Any | None:
         """What the last update sends back to the memory that served its batch (``Priorities``
-        for replay shards), or None; each feedback is returned once."""
+        for replay shards), or None; each feedback is returned once. After an update on
+        several batches (a packed learner), its ``split(sizes)`` gives each batch's part."""
 
     def state_dict(self) -> dict:
         """Optimizer state and whatever else a checkpoint must restore (target networks,

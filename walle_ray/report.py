@@ -149,12 +149,16 @@ def memory_totals() -> dict:
             "served_counted": 0, "fragments_in": 0}
 
 
+def learner_totals() -> dict:
+    """One learner process's sums (``totals["learners"]["per"]``, keyed by its shards)."""
+    return {"train_s": 0.0, "batch_wait_s": 0.0, "sync_wait_s": 0.0, "updates": 0}
+
+
 def new_totals() -> dict:
     """The additive totals of a run (``report.json``'s ``totals``): sums and counts only,
     so a resumed run's add to the earlier ones (``merge``)."""
     return {"segments": 1, "wall_s": 0.0, "records": 0, "samplers": {},
-            "learners": {"train_s": 0.0, "batch_wait_s": 0.0, "sync_wait_s": 0.0,
-                         "updates": 0, "calls": 0, "empty_calls": 0},
+            "learners": {**learner_totals(), "calls": 0, "empty_calls": 0, "per": {}},
             "split": {"collect_s": 0.0, "learn_s": 0.0, "iterations": 0},
             "memories": {}}
 
@@ -192,17 +196,27 @@ def sampler_figures(totals: dict) -> dict:
     return {"count": len(per), **shares(pooled), "per_sampler": per}
 
 
-def learner_figures(totals: dict, alternating_s: float | None) -> dict:
-    """The learners' shares of their calls' time. ``alternating_s``: where the roles take
-    turns in one process and the learner calls are not timed (``topology=local``'s
-    asynchronous loop), the time the samplers did not take."""
-    lr = totals["learners"]
-    time_s = lr["train_s"] if lr["train_s"] > 0 or alternating_s is None else alternating_s
+def _learner_shares(lr: dict, time_s: float) -> dict:
     batch, sync = lr["batch_wait_s"], min(lr["sync_wait_s"], time_s)
     return {"time_s": time_s, "busy_share": _share(max(0.0, time_s - batch - sync), time_s),
             "batch_wait_share": _share(batch, time_s), "sync_wait_share": _share(sync, time_s),
-            "updates": lr["updates"], "calls": lr["calls"],
-            "calls_without_update": lr["empty_calls"]}
+            "updates": lr["updates"]}
+
+
+def learner_figures(totals: dict, alternating_s: float | None) -> dict:
+    """The learners' shares of their calls' time, pooled and per learner process (named by
+    the learner shards it runs, ``"0"`` or ``"0,1"`` when packed). ``alternating_s``: where
+    the roles take turns in one process and the learner calls are not timed
+    (``topology=local``'s asynchronous loop), the time the samplers did not take."""
+    lr = totals["learners"]
+    time_s = lr["train_s"] if lr["train_s"] > 0 or alternating_s is None else alternating_s
+    per = [{"shards": shards, **_learner_shares({**learner_totals(), **t}, t.get("train_s", 0.0))}
+           for shards, t in sorted((lr.get("per") or {}).items(),
+                                   key=lambda kv: [int(x) for x in kv[0].split(",")])]
+    if len(per) < 2 or alternating_s is not None:  # one learner process: the pooled figures
+        per = []
+    return {**_learner_shares(lr, time_s), "calls": lr["calls"],
+            "calls_without_update": lr["empty_calls"], "per_learner": per}
 
 
 def memory_figures(totals: dict, feeders: list[int]) -> list[dict]:
@@ -304,6 +318,11 @@ def summary(report: dict) -> str:
               else f" and {_pct(lr['sync_wait_share'])} for each other")
     text += (f"{who} computed {_pct(lr['busy_share'])} of {its} time, waited "
              f"{_pct(lr['batch_wait_share'])} for batches{others} ({lr['updates']} updates)")
+    per = lr.get("per_learner") or []
+    if len(per) > 1:  # several learner processes: each one's, since one slow one holds all
+        text += " (" + ", ".join(f"learner-{p['shards']} computed {_pct(p['busy_share'])}, "
+                                 f"waited {_pct(p['batch_wait_share'])} for batches"
+                                 for p in per) + ")"
     if run["loop"] != "sync" and any(m["records"] or m["fragments_in"] for m in report["memories"]):
         text += "; " + ", ".join(_memory_phrase(m) for m in report["memories"])
     silent = report.get("silent_samplers") or {}

@@ -11,6 +11,13 @@ import gymnasium as gym
 from omegaconf import DictConfig
 
 
+def packed_as_is(cfg: DictConfig, shards: int) -> DictConfig:
+    """``Algorithm.packed_learner`` for an update whose loss is a mean over the rows of the
+    batches it is given: one process learning from a batch of each shard computes the mean
+    of the shards' gradients, as their all-reduce would, with the same settings."""
+    return cfg
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One algorithm's wiring.
@@ -29,8 +36,8 @@ class Algorithm:
     ``packed_learner(cfg, shards)``: the config of one learner process that learns for
     ``shards`` learner shards at once (``topology.pack``), given a batch from each per
     update, so that its gradient is the mean the shards' all-reduce would compute; None:
-    its learners are never packed (an update that sends feedback to the one memory that
-    served its batch).
+    its learners are never packed. An update's ``memory_feedback`` after several batches
+    has ``split(sizes)``, its part for each batch (``Priorities``).
 
     The algorithm builds its roles, so the runtime never asks which algorithm it runs:
     ``sampler_spec(cfg, topo, i)`` and ``memory_spec(cfg, k)`` give the class of sampler i

@@ -204,6 +204,12 @@ def packed_cfg(cfg: DictConfig, shards: int) -> DictConfig:
     return algorithm_for(cfg.algo).packed_learner(cfg, shards)
 
 
+def role_resources(cfg: DictConfig, role: str) -> dict[str, float]:
+    """The custom Ray resources each process of ``role`` asks for (``topology.resources``)."""
+    asks = (cfg.topology.resources or {}).get(role) or {}
+    return {name: float(amount) for name, amount in asks.items()}
+
+
 def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
                   action_space: gym.Space, plan: ResourcePlan, timeout_s: float) -> list:
     """Learner processes, one per group of learner shards; with several, they form their
@@ -217,8 +223,8 @@ def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
     runtime_env = role_runtime_env(cfg.run.ray_preload)
     learners = [
         remote.RemoteLearner.options(name=role_name("learner", group), num_cpus=plan.learner_cpus,
-                                     num_gpus=plan.learner_gpus,
-                                     runtime_env=runtime_env).remote(
+                                     num_gpus=plan.learner_gpus, runtime_env=runtime_env,
+                                     resources=role_resources(cfg, "learner")).remote(
             packed_cfg(cfg, len(group)), obs_space, action_space, device=device, threads=threads)
         for group in packing.learners]
     if len(learners) > 1:
@@ -268,7 +274,8 @@ class RayFleet:
         self.sync = algorithm_for(cfg.algo).loop == "sync"
         self.faults = new_faults()
         self.learners = make_learners(cfg, self.packing, obs_space, action_space, plan, timeout_s)
-        self.ps = (remote.RemoteParameterServer.options(name="walle/ps", num_cpus=plan.ps_cpus).remote()
+        self.ps = (remote.RemoteParameterServer.options(
+            name="walle/ps", num_cpus=plan.ps_cpus, resources=role_resources(cfg, "ps")).remote()
                    if topo.param_servers else None)
         self.memories, self.memory_names = [], []  # per memory process
         self.memory_refs: dict = {}  # per logical memory: its remote.MemoryRef
@@ -277,7 +284,8 @@ class RayFleet:
         host = remote.RemoteMemoryHost if self.sync else remote.RemoteAsyncMemory
         for group in self.packing.memories:
             name = role_name("memory", group)
-            actor = host.options(name=name, num_cpus=plan.memory_cpus).remote(
+            actor = host.options(name=name, num_cpus=plan.memory_cpus,
+                                 resources=role_resources(cfg, "memory")).remote(
                 {k: memory_spec(cfg, topo, k) for k in group})
             self.memories.append(actor)
             self.memory_names.append(name)
@@ -318,8 +326,8 @@ class RayFleet:
         source = "walle/ps" if self.ps is not None else role_name("learner", self.packing.learners[0])
         return remote.RemoteSampler.options(
             name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
-            runtime_env=runtime_env, max_restarts=-1,
-            max_task_retries=0).remote(source, slots, pin=p if pin else None)
+            resources=role_resources(self.cfg, "sampler"), runtime_env=runtime_env,
+            max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None)
 
     def _memory_process(self, k: int) -> int:
         return next(q for q, group in enumerate(self.packing.memories) if k in group)
@@ -430,6 +438,7 @@ class RayFleet:
                 out.reports.extend(result)
                 self._call_sampler(index)
             else:
+                result["learner"] = ",".join(map(str, self.packing.learners[index]))  # its shards
                 out.learned.append(result)
                 self._call_learner(index, env_steps)
         return out
@@ -471,6 +480,15 @@ class RayFleet:
     def load_learner_state(self, state: dict) -> None:
         ref = self.ray.put(state)
         self._get([lr.load_state_dict.remote(ref) for lr in self.learners], "learners (loading state)")
+
+    def placement(self) -> dict[str, str]:
+        """The Ray node (its id) of each role process, by role name (``walle/learner-0``)."""
+        roles = {**dict(zip(self.sampler_names, self.samplers)),
+                 **dict(zip(self.memory_names, self.memories)),
+                 **{role_name("learner", g): lr for g, lr in zip(self.packing.learners, self.learners)},
+                 **({"walle/ps": self.ps} if self.ps is not None else {})}
+        nodes = self._get([handle.where.remote() for handle in roles.values()], "roles (placement)")
+        return dict(zip(roles, nodes))
 
     def processes(self) -> int:
         """Role processes: samplers, memories, learners and the parameter server."""

@@ -77,6 +77,7 @@ class Interval:
         self.batch_wait_s += m.pop("batch_wait_s")
         self.train_s += m.pop("train_s", 0.0)
         self.lag_max = max(self.lag_max, m.pop("policy_lag_max"))
+        m.pop("learner", None)  # which learner process: the report's, not a metric
         for k, v in m.items():
             self.sums[k] = self.sums.get(k, 0) + v
         self.calls += 1
@@ -145,7 +146,7 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
 
 
 # Replay-shard stats worth a metric each; counters among them also give a rate.
-_SHARD_KEYS = ("size", "fill", "mean_priority", "beta", "frames", "obs_bytes")
+_SHARD_KEYS = ("size", "fill", "mean_priority", "beta", "frames", "obs_bytes", "priority_updates")
 _SHARD_RATES = {"inserted": "inserts_per_s", "sampled": "samples_per_s"}
 
 

@@ -16,7 +16,17 @@ if TYPE_CHECKING:
 Specs = dict  # logical index -> (memory class, args, kwargs)
 
 
-class AsyncMemoryWorker:
+class Placed:
+    """What every role process answers: the id of the Ray node it runs on
+    (``RayFleet.placement``)."""
+
+    def where(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class AsyncMemoryWorker(Placed):
     """Memories (``MixedMemory``, ``PrioritizedReplay`` shards) behind asyncio: ``put`` waits
     for room, ``sample`` waits for a batch.
 
@@ -75,7 +85,7 @@ class AsyncMemoryWorker:
                 cond.notify_all()
 
 
-class MemoryHost:
+class MemoryHost(Placed):
     """Memories of a synchronous algorithm (FIFOs of fragment references): the driver puts
     each iteration's fragments, the learners take them."""
 
@@ -91,3 +101,4 @@ class MemoryHost:
 
     def stats(self) -> dict[int, dict]:
         return {k: m.stats() for k, m in self.memories.items()}
+

@@ -44,16 +44,17 @@ def own_session() -> Iterator[None]:
     raylet every role) in a session of their own.
 
     Ray blocks SIGINT in them but not SIGTERM, so a SIGTERM sent to the driver's whole
-    process group (``timeout``, ``kill -TERM -<pgid>``, a closed terminal's SIGHUP) would
-    kill every role while the driver is still writing its final checkpoint. In their own
-    session only the driver gets it; they still die with the driver (Ray's fate sharing)
-    and at ``ray.shutdown()``. Ray does the same on Windows, with a new process group.
+    process group (``timeout``, ``kill -TERM -<pgid>``) would kill every role while the
+    driver is still writing its final checkpoint. In their own session only the driver gets
+    it; they still die with the driver (the kernel's fate sharing, which Ray sets up on
+    Linux) and at ``ray.shutdown()``. Elsewhere Ray's fallback reaper finds them by process
+    group, so they stay in the driver's.
     """
-    if not sys.platform.startswith("linux"):
+    from ray._private import services, utils
+
+    if not (sys.platform.startswith("linux") and utils.detect_fate_sharing_support()):
         yield
         return
-    from ray._private import services
-
     base = services.ConsolePopen
 
     class SessionPopen(base):
@@ -71,12 +72,19 @@ def own_session() -> Iterator[None]:
 @contextlib.contextmanager
 def keep_python_handlers() -> Iterator[None]:
     """Keep this process's Python handlers for SIGINT and SIGTERM (a run's clean stop,
-    runtime/signals.py): ``ray.init`` installs its own SIGTERM handler, which exits at once."""
+    runtime/signals.py) while ``ray.init`` runs: it would install its own SIGTERM handler,
+    which exits at once, from its first lines."""
+    from ray._private import utils
+
     main = threading.current_thread() is threading.main_thread()
     kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    base = utils.set_sigterm_handler
+    if callable(kept.get(signal.SIGTERM)):
+        utils.set_sigterm_handler = lambda handler: None
     try:
         yield
     finally:
+        utils.set_sigterm_handler = base
         for sig, handler in kept.items():
             if callable(handler):
                 signal.signal(sig, handler)
@@ -135,3 +143,39 @@ def check_gpus(learners: int, gpus_per_learner: float, cluster_gpus: float) -> N
             f"learner.num_gpus={gpus_per_learner:g} asks for {need:g} GPUs for {learners} "
             f"learner(s), but the Ray cluster has {cluster_gpus:g}; set learner.num_gpus=0 to "
             "train on CPUs, or add GPU nodes to the cluster")
+
+
+def check_role_resources(resources, processes: Mapping[str, int],
+                         nodes: list[Mapping[str, float]]) -> None:
+    """Fail now, with a message, rather than wait forever for a custom resource
+    (``topology.resources``) that no node of the cluster has enough of for one process of
+    a role, or that the cluster has too little of for all ``processes[role]`` of them."""
+    for role, asks in (resources or {}).items():
+        count = processes.get(role, 0)
+        for name, amount in (asks or {}).items():
+            total = sum(node.get(name, 0.0) for node in nodes)
+            largest = max((node.get(name, 0.0) for node in nodes), default=0.0)
+            if count and (largest < amount or total < count * amount):
+                raise ConfigError(
+                    f"topology.resources.{role}.{name}: {count} {role} process(es) ask for "
+                    f"{amount:g} '{name}' each and the Ray cluster's nodes have "
+                    f"{total:g} (at most {largest:g} on one node); start nodes with "
+                    f"ray start --resources='{{\"{name}\": N}}', ask for less, or leave it out")
+
+
+def live_nodes() -> dict[str, dict]:
+    """The cluster's live nodes: node id -> Ray's record of it (``NodeManagerAddress``,
+    ``Resources``)."""
+    import ray
+
+    return {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}
+
+
+def placement_lines(placement: Mapping[str, str], nodes: Mapping[str, dict]) -> list[str]:
+    """One start-up line per node, naming the role processes on it (by their short name)."""
+    by_node: dict[str, list[str]] = {}
+    for role, node in placement.items():
+        by_node.setdefault(node, []).append(role.removeprefix("walle/"))
+    return [f"walle_ray: node {node[:8]} ({nodes.get(node, {}).get('NodeManagerAddress', '?')}): "
+            f"{', '.join(roles)}"
+            for node, roles in sorted(by_node.items(), key=lambda item: item[1][0])]

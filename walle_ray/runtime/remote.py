@@ -17,7 +17,7 @@ import torch
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
-from walle_ray.runtime.memory_worker import AsyncMemoryWorker, MemoryHost
+from walle_ray.runtime.memory_worker import AsyncMemoryWorker, MemoryHost, Placed
 from walle_ray.learners import Learner
 
 
@@ -68,7 +68,7 @@ class SlotSpec:
     memory: MemoryRef | None = None
 
 
-class SamplerWorker:
+class SamplerWorker(Placed):
     """One sampler process running one or more logical samplers (``topology.pack``), each with
     its own envs, seed, memory and fault accounting, in turn. The process keeps the newest
     weights it has pulled from the parameter server, and gives each sampler them before its
@@ -217,7 +217,7 @@ def _add_stats(total: dict, stats: dict) -> None:
     total["policy_version"] = stats["policy_version"]
 
 
-class LearnerWorker:
+class LearnerWorker(Placed):
     """A learner process, for one or more learner shards (``topology.pack``): it reads
     fragments from the memories of its shards and publishes weights by reference. With
     several shards each update takes a batch from each and learns from them together: the
@@ -297,9 +297,10 @@ class LearnerWorker:
             metrics = self.learner.update(batches, env_steps)
             first_at = first_at or time.time()
             feedback = self.learner.memory_feedback()
-            if feedback is not None:  # back to the memory that served the batch (one shard)
-                memory = served[0][0]
-                memory.actor.feedback.remote(feedback, memory.key)
+            if feedback is not None:  # back to the memories that served the batches
+                parts = feedback.split([b.num_steps for b in batches]) if len(batches) > 1 else [feedback]
+                for (memory, _), part in zip(served, parts, strict=True):
+                    memory.actor.feedback.remote(part, memory.key)
             done += 1
             rows += sum(batch.num_steps for batch in batches)
             lag_max = max(lag_max, metrics.pop("policy_lag_max"))
@@ -360,10 +361,14 @@ class LearnerWorker:
         self.learner.close()
 
 
+class ParameterServerWorker(ParameterServer, Placed):
+    """The parameter server's process (``walle/ps``)."""
+
+
 RemoteSampler = ray.remote(SamplerWorker)
 RemoteLearner = ray.remote(concurrency_groups={"weights": 1})(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.
 RemoteAsyncMemory = ray.remote(AsyncMemoryWorker)
 RemoteMemoryHost = ray.remote(MemoryHost)
-RemoteParameterServer = ray.remote(ParameterServer)
+RemoteParameterServer = ray.remote(ParameterServerWorker)

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from walle_ray.report import (REPORT_FILE, memory_totals, sampler_totals, build_report,
-                              merge, new_totals)
+from walle_ray.report import (REPORT_FILE, build_report, learner_totals, memory_totals, merge,
+                              new_totals, sampler_totals)
 
 # Memory stats that count rows served / written since the memory was made, by memory type.
 _SERVED_KEYS = ("rows_out", "sampled")
@@ -88,11 +88,15 @@ class RunTimes:
         lr = self.totals["learners"]
         updates = int(metrics.get("updates", 0))
         train_s, wait_s = metrics.get("train_s", 0.0), metrics.get("batch_wait_s", 0.0)
-        lr["train_s"] += train_s
-        lr["batch_wait_s"] += wait_s
-        lr["sync_wait_s"] += (metrics.get("sync_wait_s", 0.0) * updates if updates
-                              else max(0.0, train_s - wait_s))
-        lr["updates"] += updates
+        sync_s = (metrics.get("sync_wait_s", 0.0) * updates if updates
+                  else max(0.0, train_s - wait_s))
+        per = lr.setdefault("per", {}).setdefault(str(metrics.get("learner", "0")),
+                                                  learner_totals())
+        for sums in (lr, per):  # all learners, and this learner process
+            sums["train_s"] += train_s
+            sums["batch_wait_s"] += wait_s
+            sums["sync_wait_s"] += sync_s
+            sums["updates"] += updates
         lr["calls"] += 1
         lr["empty_calls"] += not updates
 

@@ -57,7 +57,8 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     name theirs ``walle/sampler-0``.
     """
     from walle_ray.runtime.fleet import LocalFleet, RayFleet
-    from walle_ray.runtime.ray_init import check_gpus, cluster_resources, start_ray
+    from walle_ray.runtime.ray_init import (check_gpus, check_role_resources, cluster_resources,
+                                            live_nodes, placement_lines, start_ray)
 
     if topo.local:
         if cfg.learner.num_gpus > 0:
@@ -70,12 +71,26 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     pack = str(cfg.topology.pack)
     packing = plan_packing(topo, cpus, int(pack) if pack.isdigit() else pack,
                            cfg.learner.num_gpus, algorithm_for(cfg.algo).packed_learner is not None)
+    nodes = live_nodes()
+    check_role_resources(cfg.topology.resources, {
+        "sampler": len(packing.samplers), "memory": len(packing.memories),
+        "learner": len(packing.learners), "ps": topo.param_servers},
+        [node["Resources"] for node in nodes.values()])
     plan = plan_resources(packing.processes(topo), cpus, cfg.learner.num_gpus,
                           cfg.topology.sampler_cpus, cfg.topology.learner_cpus)
     if announce:
         print(f"walle_ray: {topo} on {cpus:g} CPUs: {packing.describe(topo)} "
               f"(topology.pack={pack})", flush=True)
-    return RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s, packing)
+    fleet = RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s, packing)
+    if len(nodes) > 1:  # where each role process runs, on a cluster
+        try:
+            placement = fleet.placement()
+        except BaseException:
+            fleet.shutdown()
+            raise
+        print(f"walle_ray: role processes on {len(set(placement.values()))} of the cluster's "
+              f"{len(nodes)} nodes:", *placement_lines(placement, nodes), sep="\n", flush=True)
+    return fleet
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:

@@ -13,7 +13,7 @@ from walle_ray.algos.ddpg.update import DDPGUpdate
 from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sampler_spec
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_continuous, configured_fragment_length,
-                                   require_algo)
+                                  packed_as_is, require_algo)
 from walle_ray.models.deterministic import check_vector_obs, make_deterministic_model
 
 
@@ -57,7 +57,7 @@ def _algorithm(name: str, config_cls: type, label: str) -> Algorithm:
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_spaces(label), make_model=make_deterministic_model,
                      explorer=DDPGExplorer, sampler_spec=replay_sampler_spec,
-                     memory_spec=replay_memory_spec,
+                     memory_spec=replay_memory_spec, packed_learner=packed_as_is,
                      eval_policy=functools.partial(ExplorerPolicy, DDPGExplorer))
 
 

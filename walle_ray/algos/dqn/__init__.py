@@ -13,7 +13,7 @@ from walle_ray.algos.dqn.update import DQNUpdate
 from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sampler_spec
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_discrete, configured_fragment_length,
-                                   require_algo)
+                                  packed_as_is, require_algo)
 from walle_ray.models.q_network import make_q_network
 
 
@@ -46,7 +46,7 @@ def _algorithm(name: str, config_cls: type) -> Algorithm:
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_discrete(label), make_model=make_q_network,
                      explorer=DQNExplorer, sampler_spec=replay_sampler_spec,
-                     memory_spec=replay_memory_spec,
+                     memory_spec=replay_memory_spec, packed_learner=packed_as_is,
                      eval_policy=functools.partial(ExplorerPolicy, DQNExplorer))
 
 

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 from walle_ray.algos.impala.config import IMPALAConfig
 from walle_ray.algos.impala.update import IMPALAUpdate
 from walle_ray.algos.spec import (Algorithm, check_policy_spaces, configured_fragment_length,
-                                   require_algo)
+                                  packed_as_is, require_algo)
 from walle_ray.buffers.mixed import BufferSpec, MixedMemory
 from walle_ray.config import ConfigError
 
@@ -91,14 +91,8 @@ def validate(cfg: DictConfig) -> None:
                                   f"env.{key}=false")
 
 
-def packed_learner(cfg: DictConfig, shards: int) -> DictConfig:
-    """One learner process for ``shards`` shards learns from a batch of each at once: the
-    loss is a mean over rows, so its gradient is the mean of the shards' gradients."""
-    return cfg
-
-
 # V-trace bootstraps from the learner's own value of each fragment's last observation.
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
                    fragment_length=configured_fragment_length, validate=validate,
                    check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True,
-                   memory_spec=memory_spec, packed_learner=packed_learner)
+                   memory_spec=memory_spec, packed_learner=packed_as_is)
