@@ -298,7 +298,8 @@ class LearnerWorker(Placed):
             first_at = first_at or time.time()
             feedback = self.learner.memory_feedback()
             if feedback is not None:  # back to the memories that served the batches
-                parts = feedback.split([b.num_steps for b in batches]) if len(batches) > 1 else [feedback]
+                parts = ([feedback] if len(batches) == 1
+                         else feedback.split([b.num_steps for b in batches]))
                 for (memory, _), part in zip(served, parts, strict=True):
                     memory.actor.feedback.remote(part, memory.key)
             done += 1

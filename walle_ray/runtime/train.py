@@ -71,12 +71,12 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     pack = str(cfg.topology.pack)
     packing = plan_packing(topo, cpus, int(pack) if pack.isdigit() else pack,
                            cfg.learner.num_gpus, algorithm_for(cfg.algo).packed_learner is not None)
-    nodes = live_nodes()
+    processes, nodes = packing.processes(topo), live_nodes()
     check_role_resources(cfg.topology.resources, {
-        "sampler": len(packing.samplers), "memory": len(packing.memories),
-        "learner": len(packing.learners), "ps": topo.param_servers},
+        "sampler": processes.samplers, "memory": processes.memories,
+        "learner": processes.learners, "ps": processes.param_servers},
         [node["Resources"] for node in nodes.values()])
-    plan = plan_resources(packing.processes(topo), cpus, cfg.learner.num_gpus,
+    plan = plan_resources(processes, cpus, cfg.learner.num_gpus,
                           cfg.topology.sampler_cpus, cfg.topology.learner_cpus)
     if announce:
         print(f"walle_ray: {topo} on {cpus:g} CPUs: {packing.describe(topo)} "
