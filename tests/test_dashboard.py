@@ -56,3 +56,22 @@ def test_start_ray_prints_the_lines(monkeypatch, capsys):
     ray_init.start_ray(None, 2, "walle_test")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ADDRESS and "ray get-auth-token" in out[1]
+
+
+def test_without_the_dashboards_packages_the_run_starts_without_it(monkeypatch, capsys):
+    """Ray installed without its ``default`` extra: Ray's own ``include_dashboard=True``
+    would raise from deep inside ``ray.init``; the run starts without the dashboard."""
+    import sys
+
+    import ray
+
+    asked = {}
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setitem(sys.modules, "ray.dashboard.optional_deps", None)  # import fails
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: asked.update(kw) or SimpleNamespace(dashboard_url=None))
+    ray_init.start_ray(None, 2, "walle_test")
+    out = capsys.readouterr().out.splitlines()
+    assert asked["include_dashboard"] is False
+    assert len(out) == 1 and out[0].startswith("walle_ray: no Ray dashboard: ")
+    assert "ray[default]" in out[0]

@@ -118,3 +118,39 @@ def test_a_packed_learner_takes_the_steps_of_its_shards_all_reduced(ray_session)
                                        err_msg=f"{name} {key}")
         for lr in pair:
             ray.kill(lr)
+
+
+def test_learners_that_share_a_gpu_are_found():
+    from walle_ray.runtime.fleet import shares_a_gpu
+
+    assert not shares_a_gpu([[("n1", "0")], [("n1", "1")], [("n2", "0")]])
+    assert shares_a_gpu([[("n1", "0")], [("n1", "0")]])  # learner.num_gpus=0.5
+    assert shares_a_gpu([[("n1", "0"), ("n1", "1")], [("n1", "1"), ("n1", "2")]])
+    assert not shares_a_gpu([[], []])  # CPU learners
+
+
+def test_a_learners_state_is_plain_cpu_tensors():
+    """What the driver gets for a checkpoint: no device of the learner's in it."""
+    import torch
+
+    from walle_ray.learners.learner import to_cpu
+
+    cfg = make_cfg("algo=impala")
+    learner = Learner(cfg, *env_spaces(cfg.env))
+    state = learner.state_dict()
+    tensors = []
+
+    def walk(tree):
+        if isinstance(tree, torch.Tensor):
+            tensors.append(tree)
+        elif isinstance(tree, dict):
+            for v in tree.values():
+                walk(v)
+        elif isinstance(tree, (list, tuple)):
+            for v in tree:
+                walk(v)
+    walk(state)
+    assert tensors and all(t.device.type == "cpu" for t in tensors)
+    assert set(state) == {"model", "update", "version"}
+    nested = to_cpu({"a": [torch.zeros(2), (torch.ones(1), 3)], "b": "x"})
+    assert isinstance(nested["a"][1], tuple) and nested["a"][1][1] == 3 and nested["b"] == "x"

@@ -25,6 +25,13 @@ def test_busy_learners_and_blocked_samplers_are_learner_bound():
                              "memories; add learners, set learner.num_gpus=1")
 
 
+def test_learners_on_gpus_are_not_told_to_use_a_gpu():
+    for synchronous in (False, True):
+        advice = classify(Figures(**ASYNC, synchronous=synchronous, gpu=True, busy_share=0.97,
+                                  put_wait_share=0.4))[1]
+        assert "num_gpus" not in advice and "a GPU of its own" in advice
+
+
 def test_blocked_samplers_alone_make_a_run_learner_bound():
     f = Figures(**ASYNC, busy_share=0.5, put_wait_share=SAMPLER_BLOCKED_BOUND)
     assert classify(f)[0] == "learner-bound"

@@ -62,6 +62,7 @@ class Figures:
     alternating: bool = False
     synchronous: bool = False  # collect, then learn: the learners never overlap the samplers
     local: bool = False
+    gpu: bool = False  # the learners are on GPUs already
     collect_share: float = 0.0
     learn_share: float = 0.0
     env_share: float = 0.0  # samplers: in env steps
@@ -94,10 +95,14 @@ def _learner_advice(f: Figures) -> str:
     if f.synchronous and f.local:
         return ("use a Ray topology with several learners (e.g. 2a1m2l) or learner.num_gpus=1, "
                 "or fewer epochs per batch")
+    if f.synchronous and f.gpu:
+        return "add learners, each on a GPU of its own (they split each batch), or fewer epochs"
     if f.synchronous:
         return "add learners (they split each batch), set learner.num_gpus=1, or fewer epochs"
     if f.local:
         return "use a Ray topology with a learner of its own (e.g. 2a1m1l) and learner.num_gpus=1"
+    if f.gpu:
+        return "add learners, each on a GPU of its own, or use fewer samplers"
     return "add learners, set learner.num_gpus=1, or use fewer samplers"
 
 
@@ -272,7 +277,7 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
     phases = collect_s + learn_s
     figures = Figures(
         alternating=alternating, synchronous=meta.get("loop") == "sync", local=local,
-        collect_share=_share(collect_s, phases), learn_share=_share(learn_s, phases),
+        gpu=bool(meta.get("gpu")), collect_share=_share(collect_s, phases), learn_share=_share(learn_s, phases),
         env_share=samplers["env_share"], act_share=samplers["act_share"],
         put_wait_share=samplers["put_wait_share"],
         weights_wait_share=samplers["weights_wait_share"],

@@ -51,7 +51,8 @@ class TorchCollective(Collective):
         self.dist = dist
         self.rank = rank
         self.world_size = world_size
-        # NCCL reduces CUDA tensors only; statistics computed on the CPU go over and back.
+        # Where the reductions happen: NCCL reduces CUDA tensors only, gloo (CPU learners, or
+        # GPU learners that share a GPU, which NCCL refuses) CPU ones; tensors go over and back.
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
@@ -82,7 +83,8 @@ class TorchCollective(Collective):
         grads = [p.grad for p in params if p.grad is not None]
         if not grads:
             return
-        flat = torch.cat([g.reshape(-1) for g in grads])  # one collective, not one per tensor
+        # One collective, not one per tensor, on the backend's device.
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device)
         self._all_reduce(flat)
         flat /= self.world_size
         offset = 0
@@ -92,7 +94,10 @@ class TorchCollective(Collective):
 
     def broadcast_(self, tensors: Iterable[torch.Tensor]) -> None:
         for t in tensors:
-            self.dist.broadcast(t, src=0)
+            buf = t.to(self.device)
+            self.dist.broadcast(buf, src=0)
+            if buf is not t:
+                t.copy_(buf)
 
     def close(self) -> None:
         if self.dist.is_initialized():

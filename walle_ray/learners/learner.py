@@ -35,9 +35,11 @@ class Learner:
         self.update_rule.guard.mode = cfg.learner.on_nonfinite
         self.version = 0
 
-    def join_group(self, address: str, port: int, rank: int, world_size: int) -> None:
-        """Form the torch.distributed group with the other learners; rank 0's weights win."""
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
+    def join_group(self, address: str, port: int, rank: int, world_size: int,
+                   backend: str | None = None) -> None:
+        """Form the torch.distributed group with the other learners; rank 0's weights win.
+        The backend is NCCL on GPUs and gloo on CPUs unless ``backend`` names one."""
+        backend = backend or ("nccl" if self.device.type == "cuda" else "gloo")
         self.collective = TorchCollective(address, port, rank, world_size, backend,
                                           self.cfg.learner.group_timeout_s)
         self.update_rule.collective = self.collective
@@ -69,8 +71,10 @@ class Learner:
         return self.update_rule.memory_feedback()
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "update": self.update_rule.state_dict(),
-                "version": self.version}
+        """Network, update rule and version, on the CPU: the driver that writes the checkpoint
+        may have no GPU, and a CUDA tensor sent to it would need one to be read."""
+        return to_cpu({"model": self.model.state_dict(), "update": self.update_rule.state_dict(),
+                       "version": self.version})
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -79,3 +83,15 @@ class Learner:
 
     def close(self) -> None:
         self.collective.close()
+
+
+def to_cpu(tree):
+    """``tree`` (dicts, lists and tuples of tensors and plain values) with every tensor on
+    the CPU."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_cpu(v) for v in tree)
+    return tree

@@ -229,12 +229,26 @@ def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
         for group in packing.learners]
     if len(learners) > 1:
         try:
+            backend = None
+            if device == "cuda" and shares_a_gpu(ray.get([lr.gpus.remote() for lr in learners],
+                                                         timeout=timeout_s)):
+                backend = "gloo"
+                print(f"walle_ray: learner.num_gpus={plan.learner_gpus:g} puts learners on a "
+                      "shared GPU, which NCCL refuses; they reduce through the CPU with gloo",
+                      flush=True)
             address, port = ray.get(learners[0].group_address.remote(), timeout=timeout_s)
-            ray.get([lr.join_group.remote(address, port, g, len(learners))
+            ray.get([lr.join_group.remote(address, port, g, len(learners), backend)
                      for g, lr in enumerate(learners)], timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise RoleTimeout(f"learners did not form their group within {timeout_s:.0f} s") from None
     return learners
+
+
+def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:
+    """Whether two learner processes hold the same GPU (each given as its (node, GPU id)
+    pairs): fractional ``learner.num_gpus`` packs learners onto one GPU."""
+    held = [pair for process in gpus for pair in process]
+    return len(set(held)) < len(held)
 
 
 def pins_samplers(cfg: DictConfig, processes: int, cluster_cpus: float) -> bool:

@@ -31,11 +31,24 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
             context = ray.init(address=address, **kwargs)
         else:
             host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
+            missing = dashboard_missing()
+            if missing:
+                print(f"walle_ray: no Ray dashboard: {missing}", flush=True)
             with own_session():
-                context = ray.init(num_cpus=num_cpus, include_dashboard=True,
+                context = ray.init(num_cpus=num_cpus, include_dashboard=not missing,
                                    dashboard_host=host, **kwargs)
     if context.dashboard_url:
         print("\n".join(dashboard_lines(context.dashboard_url, auth_mode())), flush=True)
+
+
+def dashboard_missing() -> str | None:
+    """Why the local Ray instance cannot have its dashboard (Ray installed without its
+    ``default`` extra), or None when it can: the run then goes on without it."""
+    try:
+        import ray.dashboard.optional_deps  # noqa: F401  (Ray's own check)
+    except ImportError as e:
+        return f"{e} (pip install 'ray[default]' brings the dashboard's packages)"
+    return None
 
 
 @contextlib.contextmanager

@@ -323,8 +323,14 @@ class LearnerWorker(Placed):
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def join_group(self, address: str, port: int, rank: int, world_size: int) -> None:
-        self.learner.join_group(address, port, rank, world_size)
+    def gpus(self) -> list[tuple[str, str]]:
+        """The GPUs Ray gave this process, as (node, GPU id) pairs."""
+        context = ray.get_runtime_context()
+        return [(context.get_node_id(), str(g)) for g in context.get_accelerator_ids().get("GPU", [])]
+
+    def join_group(self, address: str, port: int, rank: int, world_size: int,
+                   backend: str | None = None) -> None:
+        self.learner.join_group(address, port, rank, world_size, backend)
 
     def learn(self, memories: list[MemoryRef], env_steps: int) -> dict:
         """A synchronous update on every fragment its shards' memories hold."""

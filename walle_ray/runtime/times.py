@@ -59,7 +59,8 @@ class RunTimes:
                    for k in range(topo.memories)]
         meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
                 "loop": algorithm_for(cfg.algo).loop, "local": bool(topo.local),
-                "learners": topo.learners, "feeders": feeders}
+                "learners": topo.learners, "feeders": feeders,
+                "gpu": not topo.local and cfg.learner.num_gpus > 0}
         previous = None
         if resumed:
             source = Path(cfg.run.resume)
