@@ -1,6 +1,6 @@
 """Learner throughput of the Atari actor-critic: samples/s of gradient steps on one thread.
 
-    python benchmarks/learner_throughput.py [--seconds 5] [--batch 640]
+    python benchmarks/learner_throughput.py [--seconds 5] [--batch 640] [--malloc keep|default]
 
 Trains ``make_actor_critic`` on random uint8 frame stacks (4x42x42 and 4x84x84) with
 RMSProp, one torch thread (a learner's share of these 2 cores), in three ways:
@@ -8,6 +8,10 @@ RMSProp, one torch thread (a learner's share of these 2 cores), in three ways:
   nchw       float32 convolutions in PyTorch's default NCHW layout;
   channels   float32, channels-last (what ``ConvTorso`` uses);
   bf16       channels-last under bfloat16 autocast (``model.bf16=true``).
+
+``--malloc keep`` (the default) sets up malloc as walle_ray's learners do
+(``runtime/allocator.py``: freed blocks are kept for the next step); ``--malloc default``
+leaves glibc's defaults, which give large blocks back to the OS after every step.
 
 Each way is timed twice for ``--seconds`` after a warm-up; the better of the two counts.
 Writes benchmarks/results/<--name>.json (learner_throughput by default). To see a CPU without
@@ -31,6 +35,7 @@ from omegaconf import OmegaConf
 from common import write_result
 from walle_ray.config import ModelConfig
 from walle_ray.models import make_actor_critic
+from walle_ray.runtime.allocator import keep_freed_memory
 
 
 def trainer(size: int, batch: int, way: str):
@@ -70,12 +75,14 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=640, help="samples per step (IMPALA: 32 x 20)")
     p.add_argument("--name", default="learner_throughput", help="result file name")
+    p.add_argument("--malloc", choices=("keep", "default"), default="keep")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
+    kept = args.malloc == "keep" and keep_freed_memory()
     ways = ("nchw", "channels", "bf16")
     result = {"command": shlex.join(["python", *sys.argv]), "batch": args.batch,
-              "torch_threads": 1, "samples_per_s": {}, "speedup_over_nchw": {},
+              "torch_threads": 1, "malloc": "keep" if kept else "default", "samples_per_s": {}, "speedup_over_nchw": {},
               "isa_caps": {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
                            if k in os.environ}}
     for size in (42, 84):

@@ -11,6 +11,7 @@ import torch
 
 from walle_ray.config import EnvConfig
 from walle_ray.envs import make_vector_env
+from walle_ray.runtime.allocator import keep_freed_memory
 
 if TYPE_CHECKING:
     from walle_ray.contracts import ActingPolicy, Writer
@@ -33,6 +34,7 @@ class Sampler:
                  make_writer: Callable[..., Writer], fragment_length: int, index: int = 0,
                  seed: int = 0):
         torch.set_num_threads(1)  # many samplers share few cores; intra-op threads only contend
+        keep_freed_memory()
         self.index = index
         self.fragment_length = fragment_length
         self.env = make_vector_env(env_cfg)

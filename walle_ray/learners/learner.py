@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from walle_ray.batch import Rollout, Transitions
 from walle_ray.contracts import Update
 from walle_ray.learners.collective import Collective, TorchCollective
+from walle_ray.runtime.allocator import keep_freed_memory
 
 
 # Batches arrive as read-only numpy views of the Ray object store; learners only read them.
@@ -23,6 +24,7 @@ class Learner:
     def __init__(self, cfg: DictConfig, obs_space, action_space, device: str = "cpu",
                  threads: int = 1):
         torch.set_num_threads(max(1, threads))
+        keep_freed_memory()
         torch.manual_seed(cfg.run.seed)
         self.cfg = cfg
         self.device = torch.device(device)

@@ -10,6 +10,8 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from walle_ray.runtime.allocator import keep_freed_memory
+
 if TYPE_CHECKING:
     from walle_ray.contracts import Memory
 
@@ -36,6 +38,7 @@ class AsyncMemoryWorker(Placed):
     """
 
     def __init__(self, specs: Specs):
+        keep_freed_memory()
         self.memories: dict[int, Memory] = {k: cls(*args, **kwargs)
                                             for k, (cls, args, kwargs) in specs.items()}
         self.changed: dict[int, asyncio.Condition] = {}
@@ -90,6 +93,7 @@ class MemoryHost(Placed):
     each iteration's fragments, the learners take them."""
 
     def __init__(self, specs: Specs):
+        keep_freed_memory()
         self.memories = {k: cls(*args, **kwargs) for k, (cls, args, kwargs) in specs.items()}
 
     def put(self, item, key: int) -> bool:

@@ -1,0 +1,35 @@
+"""How role processes hand memory back to the OS.
+
+By default glibc's malloc serves each large block (a batch of frames, a conv layer's
+activations) with a fresh ``mmap`` and returns it to the OS when freed, so every update
+faults the same pages in again: on this project's 2-core machines the learner spent a
+third of its time in the kernel. Keeping freed memory in the process lets the next update
+reuse it. docs/performance.md ("Freed memory") has the measurements.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt parameters
+MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts; larger blocks are still mapped afresh
+TRIM_THRESHOLD = 1 << 30  # free memory at the top of the heap kept rather than given back
+TOP_PAD = 256 << 20  # extra grown with each extension of the heap
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Make this process's malloc keep and reuse freed blocks of up to ``MMAP_THRESHOLD``
+    (and their pages) instead of unmapping them. Once per process; True where it applied,
+    False where the C library is not glibc (macOS, musl), which is left as it is."""
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return all(mallopt(param, value) == 1 for param, value in (
+        (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        (_M_TOP_PAD, TOP_PAD)))
