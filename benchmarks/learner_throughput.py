@@ -1,6 +1,7 @@
-"""Learner throughput of the Atari actor-critic: samples/s of gradient steps on one thread.
+"""Learner throughput: samples/s of gradient steps on one thread, and PPO's MLP update.
 
     python benchmarks/learner_throughput.py [--seconds 5] [--batch 640] [--malloc keep|default]
+                                            [--rows atari,ppo_mlp]
 
 Trains ``make_actor_critic`` on random uint8 frame stacks (4x42x42 and 4x84x84) with
 RMSProp, one torch thread (a learner's share of these 2 cores), in three ways:
@@ -12,6 +13,11 @@ RMSProp, one torch thread (a learner's share of these 2 cores), in three ways:
 ``--malloc keep`` (the default) sets up malloc as walle_ray's learners do
 (``runtime/allocator.py``: freed blocks are kept for the next step); ``--malloc default``
 leaves glibc's defaults, which give large blocks back to the OS after every step.
+
+The ``ppo_mlp`` row times walle_ray's own PPO update (``PPOUpdate``) on the HalfCheetah
+preset (``preset=ppo_halfcheetah``: 512 steps, 20 epochs of minibatches of 64, 256x256 ReLU
+actor and critic) on a fixed batch: gradient steps/s, each minibatch's forward, loss,
+backward, clipping and Adam step.
 
 Each way is timed twice for ``--seconds`` after a warm-up; the better of the two counts.
 Writes benchmarks/results/<--name>.json (learner_throughput by default). To see a CPU without
@@ -61,6 +67,51 @@ def trainer(size: int, batch: int, way: str):
     return step
 
 
+def ppo_mlp_update():
+    """One PPO iteration per call on the HalfCheetah preset's batch (17 observations, 6
+    actions, 8 envs x 64 steps); returns its gradient steps."""
+    from hydra import compose, initialize_config_dir
+
+    from walle_ray.algos import algorithm_for
+    from walle_ray.batch import Rollout
+    from walle_ray.config import CONF_DIR, register_configs
+    from walle_ray.learners.collective import Collective
+
+    register_configs()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["algo=ppo", "env=halfcheetah", "preset=ppo_halfcheetah"])
+    torch.manual_seed(0)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (17,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
+    algo = algorithm_for(cfg.algo)
+    model = algo.make_model(obs_space, action_space, cfg)
+    update = algo.make_update(cfg, model, Collective(), torch.device("cpu"))
+    T, B = 64, 8
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(T, B, 17)).astype(np.float32)
+    with torch.no_grad():
+        params, value = model(torch.from_numpy(obs.reshape(T * B, 17)))
+        action, logp = model.head.act(params)
+    zeros = np.zeros((T, B), np.float32)
+    batch = Rollout(obs_t=obs, action_t=action.view(T, B, 6).numpy(),
+                    reward_t=rng.normal(size=(T, B)).astype(np.float32),
+                    terminated_t=np.zeros((T, B), bool), truncated_t=np.zeros((T, B), bool),
+                    logp_t=logp.view(T, B).numpy(), dist_t=params.view(T, B, 12).numpy(),
+                    v_t=value.view(T, B).numpy(), final_v_t=zeros,
+                    final_obs=np.zeros((0, 17), np.float32), return_t=zeros,
+                    last_obs=np.zeros((B, 17), np.float32), last_v=np.zeros(B, np.float32),
+                    version_b=np.zeros(B, np.int64), replayed_b=np.zeros(B, bool))
+    return lambda: update.update([batch], 0)["grad_steps"]
+
+
+def grad_steps_per_s(iteration, seconds: float) -> float:
+    iteration()  # warm-up
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        n += iteration()
+    return n / (time.perf_counter() - t0)
+
+
 def samples_per_s(step, batch: int, seconds: float) -> float:
     step()  # warm-up: oneDNN picks its kernels on the first call
     n, t0 = 0, time.perf_counter()
@@ -76,6 +127,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=640, help="samples per step (IMPALA: 32 x 20)")
     p.add_argument("--name", default="learner_throughput", help="result file name")
     p.add_argument("--malloc", choices=("keep", "default"), default="keep")
+    p.add_argument("--rows", default="atari,ppo_mlp", help="which rows: atari, ppo_mlp")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -85,13 +137,20 @@ def main() -> None:
               "torch_threads": 1, "malloc": "keep" if kept else "default", "samples_per_s": {}, "speedup_over_nchw": {},
               "isa_caps": {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
                            if k in os.environ}}
-    for size in (42, 84):
+    rows = args.rows.split(",")
+    for size in (42, 84) if "atari" in rows else ():
         steps = {way: trainer(size, args.batch, way) for way in ways}
         best = {way: max(samples_per_s(steps[way], args.batch, args.seconds) for _ in range(2))
                 for way in ways}
         result["samples_per_s"][f"{size}x{size}"] = best
         result["speedup_over_nchw"][f"{size}x{size}"] = {w: best[w] / best["nchw"] for w in ways}
         print(size, {w: round(v) for w, v in best.items()}, flush=True)
+    if "ppo_mlp" in rows:
+        iteration = ppo_mlp_update()
+        best = max(grad_steps_per_s(iteration, args.seconds) for _ in range(3))
+        result["ppo_mlp"] = {"preset": "ppo_halfcheetah", "grad_steps_per_s": best,
+                             "samples_per_s": best * 64}
+        print("ppo_mlp", round(best), "gradient steps/s", flush=True)
     write_result(args.name, result, args.dry_run)
 
 

@@ -3,6 +3,8 @@ stops naming the bad term."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ import torch
 from conftest import make_cfg, run_cli
 from walle_ray.envs import env_spaces
 from walle_ray.learners import Learner
-from walle_ray.learners.guard import NonFiniteUpdate
+from walle_ray.learners.guard import NonFiniteUpdate, clip_grad_norm
 from walle_ray.algos import algorithm_for
 from walle_ray.topology import parse_topology
 
@@ -69,3 +71,17 @@ def test_bad_on_nonfinite_value_is_refused():
     proc = run_cli("learner.on_nonfinite=ignore", "hydra.run.dir=/tmp/walle_ray_bad_input",
                    check=False, timeout=120)
     assert proc.returncode == 2 and "learner.on_nonfinite: got 'ignore'; use skip or stop" in proc.stderr
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0, math.inf])
+def test_clipping_matches_torchs_clip_grad_norm(max_norm):
+    torch.manual_seed(0)
+    grads = [torch.randn(5, 3), torch.randn(4)]
+    ours = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for a, b, g in zip(ours, theirs, grads):
+        a.grad, b.grad = g.clone(), g.clone()
+    norm = clip_grad_norm(ours, max_norm)
+    assert float(norm) == pytest.approx(float(torch.nn.utils.clip_grad_norm_(theirs, max_norm)))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, b.grad)

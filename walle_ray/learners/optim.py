@@ -8,7 +8,7 @@ import torch
 def make_optimizer(params, name: str, lr: float, eps: float, alpha: float = 0.99) -> torch.optim.Optimizer:
     """``adam`` or ``rmsprop`` (foreach kernels: one call for all parameters)."""
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=alpha, eps=eps, foreach=True)
     raise ValueError(f"unknown optimizer {name!r}; use adam or rmsprop")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 from walle_ray.algos.ppo.config import PPOConfig
 from walle_ray.algos.ppo.loss import adapt_kl_beta, ppo_clip_loss, ppo_kl_loss
@@ -23,7 +24,9 @@ class PPOUpdate(UpdateRule):
                  normalize_reward: bool, total_env_steps: int, device: torch.device):
         optimizer = make_optimizer(model.parameters(), "adam", cfg.lr, cfg.adam_eps)
         super().__init__(model, collective, optimizer, normalize_reward, total_env_steps, device)
-        self.cfg = cfg
+        # A plain PPOConfig: a DictConfig's attribute reads cost more than a minibatch's
+        # arithmetic on a small MLP (docs/performance.md, "PPO's learner step").
+        self.cfg = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
         self.beta = cfg.kl_beta_init
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
