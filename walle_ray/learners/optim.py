@@ -6,7 +6,8 @@ import torch
 
 
 def make_optimizer(params, name: str, lr: float, eps: float, alpha: float = 0.99) -> torch.optim.Optimizer:
-    """``adam`` or ``rmsprop`` (foreach kernels: one call for all parameters)."""
+    """``adam`` (PyTorch's fused kernel) or ``rmsprop`` (foreach kernels): one call steps
+    all parameters."""
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     if name == "rmsprop":

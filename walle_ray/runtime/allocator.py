@@ -1,10 +1,10 @@
 """How role processes hand memory back to the OS.
 
 By default glibc's malloc serves each large block (a batch of frames, a conv layer's
-activations) with a fresh ``mmap`` and returns it to the OS when freed, so every update
-faults the same pages in again: on this project's 2-core machines the learner spent a
-third of its time in the kernel. Keeping freed memory in the process lets the next update
-reuse it. docs/performance.md ("Freed memory") has the measurements.
+activations) with a fresh ``mmap``, or from the top of the heap, and returns it to the OS
+when freed, so every update faults the same pages in again, in the kernel. Keeping freed
+memory in the process lets the next update reuse it. docs/performance.md ("Freed memory")
+has the measurements.
 """
 
 from __future__ import annotations
