@@ -479,10 +479,10 @@ class RayFleet:
         if not all(self._get(puts, "memories")):
             raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
         t1 = time.perf_counter()
-        calls = [lr.learn.remote([m for j in group for m in self._shard_memories(j)], env_steps)
-                 for lr, group in zip(self.learners, self.packing.learners)]
-        metrics = self._get(calls, "learners")[0]
-        self.publish()
+        calls = [lr.learn.remote([m for j in group for m in self._shard_memories(j)], env_steps,
+                                 g == 0, self.ps)
+                 for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))]
+        metrics, (self.version, self.weights) = self._get(calls, "learners")[0]
         t2 = time.perf_counter()
         rows = sum(r["env_steps"] for r in reports)
         return Step(reports, [timed_update(metrics, rows, t2 - t1)],

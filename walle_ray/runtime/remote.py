@@ -332,11 +332,15 @@ class LearnerWorker(Placed):
                    backend: str | None = None) -> None:
         self.learner.join_group(address, port, rank, world_size, backend)
 
-    def learn(self, memories: list[MemoryRef], env_steps: int) -> dict:
-        """A synchronous update on every fragment its shards' memories hold."""
+    def learn(self, memories: list[MemoryRef], env_steps: int, publishes: bool = False,
+              publish_to=None) -> tuple:
+        """A synchronous update on every fragment its shards' memories hold. Returns its
+        metrics and, when it ``publishes``, the new weights' (version, box) as ``publish``
+        does (else None), so the update and the publish cost the caller one round trip."""
         taken = ray.get([m.actor.take.remote(m.key) for m in memories])
         refs = [box[0] for items in taken for box in items]
-        return self.learner.update(ray.get(refs), env_steps)
+        metrics = self.learner.update(ray.get(refs), env_steps)
+        return metrics, (self.publish(publish_to, wait=False) if publishes else None)
 
     def publish(self, ps=None, wait: bool = True) -> tuple[int, list]:
         """Put the weights in the object store once and hand their box (a list holding the
