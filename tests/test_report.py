@@ -201,7 +201,7 @@ def report_of(run_dir, out: str) -> dict:
 def test_a_slow_env_is_sampler_bound(tmp_path):
     run_dir = tmp_path / "run"
     out = run_cli("topology=local", "env=cartpole", "env.id=walle/Sleep-v0",
-                  "++env.kwargs={step_s: 0.002}", "env.envs_per_sampler=1",
+                  "++env.kwargs={step_s: 0.004}", "env.envs_per_sampler=1",
                   "algo.batch_size=256", "algo.minibatch_size=128", "algo.epochs=1",
                   "run.total_env_steps=768", "run.max_wall_s=40", f"hydra.run.dir={run_dir}",
                   *FAST).stdout
