@@ -71,6 +71,11 @@ def run_cli(args: list[str], run_dir: Path, timeout_s: float) -> tuple[list[dict
     return read_metrics(run_dir / "metrics.jsonl"), time.perf_counter() - t0
 
 
+def first_reaching(records: list[dict], target: float) -> dict | None:
+    """The first record whose ``return`` (the mean of the last 20 episodes) reaches ``target``."""
+    return next((r for r in records if r["return"] is not None and r["return"] >= target), None)
+
+
 def learning_run(name: str, overrides: list[str], target: float, minutes: float,
                  title: str, from_run: Path | None = None) -> dict:
     """Train until the mean of the last 20 episodes reaches ``target`` or ``minutes`` pass;
@@ -87,7 +92,7 @@ def learning_run(name: str, overrides: list[str], target: float, minutes: float,
         from walle_ray.logging.metrics import read_metrics
 
         records, wall = read_metrics(run_dir / "metrics.jsonl"), None
-    reached = next((r for r in records if r["return"] is not None and r["return"] >= target), None)
+    reached = first_reaching(records, target)
     best = max((r["return"] for r in records if r["return"] is not None), default=None)
     RESULTS.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "walle_ray.plot", str(run_dir), "--x", "wall_s",

@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, ROOT, write_result
+from common import RESULTS, ROOT, first_reaching, write_result
 
 TASKS = {
     "cartpole": {
@@ -100,10 +100,6 @@ model.learn(total_timesteps=steps, callback=Curve())
 '''
 
 
-def first_at(curve: list[dict], target: float) -> dict | None:
-    return next((r for r in curve if r["return"] is not None and r["return"] >= target), None)
-
-
 def run_sb3(task: str, spec: dict, seed: int, tag: str) -> dict:
     out = ROOT / "runs" / f"vs_peers_sb3_{task}_{tag}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +131,7 @@ def run_walle(task: str, spec: dict, seed: int, tag: str, topology: str) -> dict
 
 
 def summary(library: str, curve: list[dict], spec: dict, process_s: float) -> dict:
-    reached = first_at(curve, spec["target"])
+    reached = first_reaching(curve, spec["target"])
     last = curve[-1]
     return {"library": library, "seconds_to_target": reached["wall_s"] if reached else None,
             "env_steps_to_target": reached["env_steps"] if reached else None,
