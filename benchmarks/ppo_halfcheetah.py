@@ -1,8 +1,9 @@
 """PPO on HalfCheetah-v5 with 8 samplers (the WALL-E experiment): return at 1M env steps.
 
-    python benchmarks/ppo_halfcheetah.py [--steps 1000000] [--topology 8a1m1l]
+    python benchmarks/ppo_halfcheetah.py [--steps 1000000] [--topology 8a1m1l] [--preset P]
 
-Writes benchmarks/results/ppo_halfcheetah.json with the curve, the training return at the
+Writes benchmarks/results/ppo_halfcheetah.json (with ``--preset ppo_halfcheetah_fast``:
+ppo_halfcheetah_fast.json) with the curve, the training return at the
 end (mean of the last 20 episodes), a greedy evaluation of the final policy, wall-clock
 time and the collection/learning split. Target: at least 3000 at 1M steps.
 """
@@ -22,9 +23,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--topology", default="8a1m1l")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "bench_ppo_halfcheetah")
+    p.add_argument("--preset", default="ppo_halfcheetah", help="the preset it runs with")
+    p.add_argument("--run-dir", type=Path, help="default: runs/bench_<preset>")
     args = p.parse_args()
-    metrics, wall = run_cli(["algo=ppo", "env=halfcheetah", f"topology={args.topology}",
+    args.run_dir = args.run_dir or ROOT / "runs" / f"bench_{args.preset}"
+    preset = [] if args.preset == "ppo_halfcheetah" else [f"preset={args.preset}"]
+    metrics, wall = run_cli(["algo=ppo", "env=halfcheetah", *preset, f"topology={args.topology}",
                              f"run.total_env_steps={args.steps}", f"run.seed={args.seed}"],
                             args.run_dir, timeout_s=4 * 3600)
     ev = subprocess.run([sys.executable, "-m", "walle_ray", "mode=eval",
@@ -35,9 +39,9 @@ def main() -> None:
     last = metrics[-1]
     collect = sum(m["collect_s"] for m in metrics)
     learn = sum(m["learn_s"] for m in metrics)
-    write_result("ppo_halfcheetah", {
-        "command": f"python -m walle_ray algo=ppo env=halfcheetah topology={args.topology} "
-                   f"run.total_env_steps={args.steps}",
+    write_result(args.preset, {
+        "command": " ".join(["python -m walle_ray algo=ppo env=halfcheetah", *preset,
+                             f"topology={args.topology}", f"run.total_env_steps={args.steps}"]),
         "target": {"return_at_1M_steps": 3000},
         "env_steps": last["env_steps"],
         "train_return_last20": last["return"],

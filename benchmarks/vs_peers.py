@@ -2,7 +2,7 @@
 
     pip install -e '.[peers]'     # stable-baselines3; the package itself never needs it
     python benchmarks/vs_peers.py --task cartpole [--rounds 3]
-    python benchmarks/vs_peers.py --task halfcheetah [--rounds 1] [--minutes 90]
+    python benchmarks/vs_peers.py --task halfcheetah [--rounds 1] [--fast]
 
 Each round runs Stable-Baselines3's PPO with the RL Baselines3 Zoo's hyperparameters for the
 task, then walle_ray's PPO with the same ones (``python -m walle_ray algo=ppo env=T ...``, as
@@ -10,7 +10,8 @@ a user types it), alternating the order from round to round; each in a process o
 Both stop at the target (CartPole-v1: 475, HalfCheetah-v5: 3000, the mean of the last 20
 episodes) or at the zoo's step budget. Time counts from each library's training loop start
 (``seconds_to_target``); the whole process, imports and Ray's start included, is recorded
-too (``process_s``). Writes benchmarks/results/vs_peers_<task>.json and a PNG of return
+too (``process_s``). With ``--fast`` each round adds a third run, walle_ray with its own
+hyperparameters (``preset=ppo_halfcheetah_fast``), timed against the same SB3 run. Writes benchmarks/results/vs_peers_<task>.json and a PNG of return
 against wall-clock seconds with both libraries on one plot.
 
 The zoo's settings and how walle_ray spells them:
@@ -48,6 +49,7 @@ TASKS = {
     "halfcheetah": {
         "env_id": "HalfCheetah-v5", "target": 3000.0, "steps": 1_000_000, "topology": "8a1m1l",
         "walle": ["algo=ppo", "env=halfcheetah"],  # the ppo_halfcheetah preset is the zoo's
+        "fast": ["algo=ppo", "env=halfcheetah", "preset=ppo_halfcheetah_fast"],
     },
 }
 
@@ -111,12 +113,14 @@ def run_sb3(task: str, spec: dict, seed: int, tag: str) -> dict:
     return summary("stable-baselines3", curve, spec, process_s)
 
 
-def run_walle(task: str, spec: dict, seed: int, tag: str, topology: str) -> dict:
+def run_walle(task: str, spec: dict, seed: int, tag: str, topology: str,
+              arm: str = "walle") -> dict:
+    """walle_ray with the zoo's settings (``arm="walle"``) or its own (``"fast"``)."""
     from walle_ray.logging.metrics import read_metrics
 
-    run_dir = ROOT / "runs" / f"vs_peers_walle_{task}_{tag}"
+    run_dir = ROOT / "runs" / f"vs_peers_{arm}_{task}_{tag}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    args = [*spec["walle"], f"topology={topology}", f"run.seed={seed}",
+    args = [*spec[arm], f"topology={topology}", f"run.seed={seed}",
             f"run.total_env_steps={spec['steps']}", f"run.stop_at_return={spec['target']}",
             "run.report_every_s=2", f"hydra.run.dir={run_dir}", "logger.progress=line",
             "logger.print_every_s=30"]
@@ -125,7 +129,8 @@ def run_walle(task: str, spec: dict, seed: int, tag: str, topology: str) -> dict
     process_s = time.perf_counter() - t0
     curve = [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "return": r["return"]}
              for r in read_metrics(run_dir / "metrics.jsonl")]
-    out = summary("walle_ray", curve, spec, process_s)
+    out = summary("walle_ray" if arm == "walle" else "walle_ray (own settings)", curve, spec,
+                  process_s)
     out["command"] = "python -m walle_ray " + " ".join(a for a in args if not a.startswith(("hydra.", "logger.")))
     return out
 
@@ -147,7 +152,8 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    colors = {"walle_ray": "tab:blue", "stable-baselines3": "tab:orange"}
+    colors = {"walle_ray": "tab:blue", "stable-baselines3": "tab:orange",
+              "walle_ray (own settings)": "tab:green"}
     for r, rnd in enumerate(result["rounds"]):
         for run in rnd.values():
             pts = [(p["wall_s"], p["return"]) for p in run["curve"] if p["return"] is not None]
@@ -168,6 +174,8 @@ def main() -> None:
     p.add_argument("--task", choices=sorted(TASKS), default="cartpole")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--topology", help="walle_ray's topology (default: the task's)")
+    p.add_argument("--fast", action="store_true",
+                   help="also walle_ray with its own settings (halfcheetah: ppo_halfcheetah_fast)")
     p.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
     args = p.parse_args()
     try:
@@ -175,30 +183,58 @@ def main() -> None:
     except ImportError:
         sys.exit("vs_peers: stable-baselines3 is not installed; pip install -e '.[peers]'")
     spec = TASKS[args.task]
+    if args.fast and "fast" not in spec:
+        sys.exit(f"vs_peers: --fast: walle_ray has no settings of its own for {args.task}")
     topology = args.topology or spec["topology"]
     rounds = []
     for r in range(args.rounds):  # alternating, so drift on the machine hits both alike
-        order = ("sb3", "walle") if r % 2 == 0 else ("walle", "sb3")
+        order = ["sb3", "walle", *(["fast"] if args.fast else [])]
+        order = order if r % 2 == 0 else order[::-1]
         runs = {}
         for who in order:
             runs[who] = (run_sb3(args.task, spec, r, f"r{r}") if who == "sb3"
-                         else run_walle(args.task, spec, r, f"r{r}", topology))
+                         else run_walle(args.task, spec, r, f"r{r}", topology, who))
             print(f"round {r} {who}: {runs[who]['seconds_to_target']} s to target, "
                   f"{runs[who]['env_steps_per_s']:.0f} env steps/s", flush=True)
         rounds.append(runs)
-    pairs = [(rnd["walle"]["seconds_to_target"], rnd["sb3"]["seconds_to_target"]) for rnd in rounds]
-    ratios = [w / s for w, s in pairs if w is not None and s is not None]
-    result = {"env_id": spec["env_id"], "target": spec["target"], "step_budget": spec["steps"],
-              "topology": topology, "rounds": rounds,
-              "time_ratio_walle_over_sb3": ratios,
-              "time_ratio_median": sorted(ratios)[len(ratios) // 2] if ratios else None,
-              "steps_per_s_ratio": [rnd["walle"]["env_steps_per_s"] / rnd["sb3"]["env_steps_per_s"]
-                                    for rnd in rounds]}
+    result = summarise(spec, topology, rounds)
+    ratios = result["time_ratio_walle_over_sb3"]
     name = f"vs_peers_{args.task}"
     write_result(name, result, args.dry_run)
     if not args.dry_run:
         plot(result, RESULTS / f"{name}.png")
     print(f"walle_ray / SB3 time to {spec['target']:g}: {ratios}", flush=True)
+    if args.fast:
+        print(f"walle_ray (own settings) / SB3 time to {spec['target']:g}: "
+              f"{result['time_ratio_fast_over_sb3']}", flush=True)
+
+
+def time_ratios(rounds: list[dict], arm: str) -> tuple[list[float], float | None]:
+    """``arm``'s time to the target over SB3's in each round where both reached it, and
+    pooled over those rounds (the sum of its times over the sum of SB3's): seeds differ a
+    lot in how soon they learn, and the pooled ratio weighs each second alike."""
+    pairs = [(rnd[arm]["seconds_to_target"], rnd["sb3"]["seconds_to_target"]) for rnd in rounds]
+    pairs = [(w, s) for w, s in pairs if w is not None and s is not None]
+    return [w / s for w, s in pairs], (sum(w for w, _ in pairs) / sum(s for _, s in pairs)
+                                        if pairs else None)
+
+
+def summarise(spec: dict, topology: str, rounds: list[dict]) -> dict:
+    ratios, pooled = time_ratios(rounds, "walle")
+    result = {"env_id": spec["env_id"], "target": spec["target"], "step_budget": spec["steps"],
+              "topology": topology, "rounds": rounds,
+              "time_ratio_walle_over_sb3": ratios,
+              "time_ratio_median": sorted(ratios)[len(ratios) // 2] if ratios else None,
+              "time_ratio_pooled": pooled,
+              "steps_per_s_ratio": [rnd["walle"]["env_steps_per_s"] / rnd["sb3"]["env_steps_per_s"]
+                                    for rnd in rounds]}
+    if "fast" in rounds[0]:
+        fast, fast_pooled = time_ratios(rounds, "fast")
+        result.update(fast_settings=" ".join(spec["fast"]), time_ratio_fast_over_sb3=fast,
+                      time_ratio_fast_pooled=fast_pooled,
+                      fast_steps_per_s_ratio=[rnd["fast"]["env_steps_per_s"] / rnd["sb3"]["env_steps_per_s"]
+                                              for rnd in rounds])
+    return result
 
 
 if __name__ == "__main__":

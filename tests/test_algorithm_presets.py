@@ -48,20 +48,29 @@ FRAME_SIZE = 42  # the smaller of the two frame sizes (env.obs_size) the conv to
 MAX_COLLECTS = 50  # fragments a memory may take before it must serve a batch
 
 
+def named_presets(algo: str, env: str) -> list[str]:
+    """The presets a user names for this algo and env (``preset=ppo_halfcheetah_fast``)."""
+    return [p for p in PRESETS if p.startswith(f"{algo}_{env}_")]
+
+
 def cases():
-    """(algo option, env option) for each preset of each algo option, and (algo option,
-    None): the option's own settings on the default env, with no preset."""
+    """(algo option, env option, preset) for each preset of each algo option: the one it
+    picks up by itself (None) and those named; and (algo option, None, None): the option's
+    own settings on the default env, with no preset."""
     for algo in ALGO_OPTIONS:
-        yield pytest.param(algo, None, id=f"{algo}-default")
+        yield pytest.param(algo, None, None, id=f"{algo}-default")
         for env in ENV_OPTIONS:
             if f"{algo}_{env}" in PRESETS:
-                yield pytest.param(algo, env, id=f"{algo}-{env}")
+                yield pytest.param(algo, env, None, id=f"{algo}-{env}")
+            for name in named_presets(algo, env):
+                yield pytest.param(algo, env, name, id=name)
 
 
-def case_overrides(algo: str, env: str | None) -> list[str]:
+def case_overrides(algo: str, env: str | None, preset: str | None = None) -> list[str]:
     if env is None:  # the default env; ~preset drops a preset that default would pick up
         return [f"algo={algo}", "~preset", "topology=local"]
-    return [f"algo={algo}", f"env={env}", "topology=local"]
+    return [f"algo={algo}", f"env={env}", *([f"preset={preset}"] if preset else []),
+            "topology=local"]
 
 
 def preflight(cfg):
@@ -178,9 +187,9 @@ def check_eval_policy(algo, cfg, weights) -> None:
         env.close()
 
 
-@pytest.mark.parametrize("algo_option,env_option", list(cases()))
-def test_preset_validates_and_builds_its_roles(algo_option, env_option):
-    overrides = case_overrides(algo_option, env_option)
+@pytest.mark.parametrize("algo_option,env_option,preset", list(cases()))
+def test_preset_validates_and_builds_its_roles(algo_option, env_option, preset):
+    overrides = case_overrides(algo_option, env_option, preset)
     composed = make_cfg(*overrides)
     algo, obs_space, action_space, refused = preflight(composed)
     if refused is not None:
@@ -231,9 +240,11 @@ def test_preset_validates_and_builds_its_roles(algo_option, env_option):
 
 
 def test_every_preset_is_picked_up_by_some_algo_and_env():
-    """A preset applies only as conf/preset/<algo option>_<env option>.yaml; any other name
-    would never be used, nor tested above."""
+    """A preset is conf/preset/<algo option>_<env option>.yaml (applied by itself) or
+    <algo option>_<env option>_<name>.yaml (named with preset=); any other name would not
+    be tested above."""
     reachable = {f"{a}_{e}" for a in ALGO_OPTIONS for e in ENV_OPTIONS}
+    reachable |= {p for a in ALGO_OPTIONS for e in ENV_OPTIONS for p in named_presets(a, e)}
     assert set(PRESETS) <= reachable, sorted(set(PRESETS) - reachable)
 
 

@@ -43,6 +43,29 @@ def test_iterations_move_versions_and_steps(ray_session, spec):
         fleet.shutdown()
 
 
+@pytest.mark.parametrize("spec", ["local", "3a2m1l"])
+def test_overlap_learns_one_version_behind(ray_session, spec):
+    """algo.overlap: the batch learned in iteration k+1 was collected while iteration k
+    learned, with the weights before that update, so from the second iteration on the
+    policy lag is exactly 1; on Ray, the samplers are at work as each update returns."""
+    cfg = make_cfg(*TINY, "algo.overlap=true")
+    fleet = build(cfg, spec)
+    try:
+        fleet.start()
+        behaviour, lags = [], []
+        for _ in range(4):
+            step = fleet.step(0)
+            (learn,) = step.learned
+            behaviour.append({s["policy_version"] for s in step.reports})
+            lags.append((learn["policy_lag_mean"], learn["policy_lag_max"]))
+            if spec != "local":
+                assert len(fleet.pending) == len(fleet.samplers)  # the next batch, under way
+        assert behaviour == [{0}, {0}, {1}, {2}]
+        assert lags == [(0, 0), (1, 1), (1, 1), (1, 1)]
+    finally:
+        fleet.shutdown()
+
+
 def test_two_learners_hold_identical_weights(ray_session):
     ray = ray_session
     cfg = make_cfg(*TINY, "env=halfcheetah", "model.hidden=[16]")  # obs norm and reward scale too
@@ -182,3 +205,18 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
     assert records[-1]["env_steps"] >= 2048 and records[-1]["faults/sampler_restarts"] == 0
     assert any(r.get("updates", r.get("learn/policy_loss")) for r in records)
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
+
+
+@pytest.mark.parametrize("overrides, spec, threads", [
+    (["algo=ppo"], "8a1m1l", 2),  # the samplers wait while it learns: their CPU too
+    (["algo=ppo", "algo.overlap=true"], "8a1m1l", 1),  # they collect while it learns
+    (["algo=ppo"], "8a2m2l", 1),  # two learner processes share the samplers' CPU
+    (["algo=impala"], "8a1m1l", 1),  # asynchronous: samplers never wait for it
+])
+def test_a_learner_takes_the_idle_samplers_cpus_in_a_synchronous_loop(overrides, spec, threads):
+    from walle_ray.runtime.fleet import learner_threads
+    from walle_ray.topology import plan_packing
+
+    topo = parse_topology(spec)
+    plan = plan_resources(topo, cluster_cpus=2)
+    assert learner_threads(make_cfg(*overrides), plan_packing(topo, 2, "off"), plan) == threads

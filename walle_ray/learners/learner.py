@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -23,7 +24,7 @@ class Learner:
 
     def __init__(self, cfg: DictConfig, obs_space, action_space, device: str = "cpu",
                  threads: int = 1):
-        torch.set_num_threads(max(1, threads))
+        torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))
         keep_freed_memory()
         torch.manual_seed(cfg.run.seed)
         self.cfg = cfg

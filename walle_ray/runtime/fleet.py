@@ -107,6 +107,7 @@ class LocalFleet:
         self.memories = [cls(*args, **kwargs) for cls, args, kwargs in
                          (memory_spec(cfg, topo, k) for k in range(topo.memories))]
         self.publish_every = cfg.algo.get("publish_every", 1)
+        self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), None
         self.max_updates = (cfg.algo.updates_per_call
                             if any(getattr(m, "free_running", False) for m in self.memories) else None)
 
@@ -127,21 +128,13 @@ class LocalFleet:
         count_faults(self.faults, stats)
         return self.memories[self.topo.memory_of_sampler(i)], item, stats
 
+    def _collect_all(self) -> list[tuple]:
+        """A fragment of every sampler: (its memory, the fragment, its report)."""
+        return [self._collect(i, sampler) for i, sampler in enumerate(self.samplers)]
+
     def step(self, env_steps: int) -> Step:
         if self.sync:
-            t0 = time.perf_counter()
-            reports = []
-            for i, sampler in enumerate(self.samplers):
-                memory, rollout, stats = self._collect(i, sampler)
-                memory.put(rollout)
-                reports.append(stats)
-            t1 = time.perf_counter()
-            rollouts = [r for m in self.memories for r in m.take()]
-            metrics = self.learner.update(rollouts, env_steps)
-            self.publish()
-            t2 = time.perf_counter()
-            learned = timed_update(metrics, sum(r.num_steps for r in rollouts), t2 - t1)
-            return Step(reports, [learned], {"collect_s": t1 - t0, "learn_s": t2 - t1})
+            return self._iteration(env_steps)
         reports = []
         for i, sampler in enumerate(self.samplers):
             memory, item, stats = self._collect(i, sampler)
@@ -150,6 +143,25 @@ class LocalFleet:
                 memory.put(item)
             reports.append(stats)
         return Step(reports, [m for memory in self.memories for m in self._drain(memory, env_steps)])
+
+    def _iteration(self, env_steps: int) -> Step:
+        """Every sampler's fragment, then one update. With ``algo.overlap`` the next batch is
+        collected before the update, with the weights the Ray fleet's samplers would have
+        while the learner works: the same data, one after the other."""
+        t0 = time.perf_counter()
+        collected, self.prefetched = self.prefetched or self._collect_all(), None
+        for memory, rollout, _ in collected:
+            memory.put(rollout)
+        rollouts = [r for m in self.memories for r in m.take()]
+        if self.overlap:
+            self.prefetched = self._collect_all()
+        t1 = time.perf_counter()
+        metrics = self.learner.update(rollouts, env_steps)
+        self.publish()
+        t2 = time.perf_counter()
+        learned = timed_update(metrics, sum(r.num_steps for r in rollouts), t2 - t1)
+        return Step([stats for _, _, stats in collected], [learned],
+                    {"collect_s": t1 - t0, "learn_s": t2 - t1})
 
     def _drain(self, memory, env_steps: int):
         """Updates on the batches ``memory`` can serve now, feedback going back to it."""
@@ -218,7 +230,7 @@ def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
 
     from walle_ray.runtime import remote
 
-    threads = cfg.learner.torch_threads or max(1, int(plan.learner_cpus))
+    threads = cfg.learner.torch_threads or learner_threads(cfg, packing, plan)
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
     runtime_env = role_runtime_env(cfg.run.ray_preload)
     learners = [
@@ -242,6 +254,19 @@ def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
         except ray.exceptions.GetTimeoutError:
             raise RoleTimeout(f"learners did not form their group within {timeout_s:.0f} s") from None
     return learners
+
+
+def learner_threads(cfg: DictConfig, packing: Packing, plan: ResourcePlan) -> int:
+    """Torch threads per learner process when ``learner.torch_threads`` is unset: the CPUs
+    Ray gives it, and in a synchronous loop without ``algo.overlap`` also its part of the
+    samplers' CPUs, which sit idle while it learns (docs/performance.md, "Learner threads").
+    A learner never runs more threads than its process may use CPUs (``Learner``)."""
+    cpus = plan.learner_cpus
+    if algorithm_for(cfg.algo).loop == "sync" and not cfg.algo.get("overlap", False):
+        samplers = sum(len(group) for group in packing.samplers)
+        cpus += samplers * plan.sampler_cpus / len(packing.learners)
+        return max(1, round(cpus))
+    return max(1, int(cpus))
 
 
 def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:
@@ -286,6 +311,7 @@ class RayFleet:
         self.cfg, self.topo, self.plan, self.timeout_s = cfg, topo, plan, timeout_s
         self.packing = packing or plan_packing(topo, plan.cluster_cpus, "off")
         self.sync = algorithm_for(cfg.algo).loop == "sync"
+        self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
         self.faults = new_faults()
         self.learners = make_learners(cfg, self.packing, obs_space, action_space, plan, timeout_s)
         self.ps = (remote.RemoteParameterServer.options(
@@ -458,11 +484,15 @@ class RayFleet:
         return out
 
     def _iteration(self, env_steps: int) -> Step:
-        """Every sampler's fragment, routed to its memory; one update; new weights."""
+        """Every sampler's fragment, routed to its memory; one update; new weights. With
+        ``algo.overlap`` the samplers are called for the next batch as the update starts,
+        with the weights before it, so the next iteration finds its batch collected or under
+        way, and learns from it one version behind (a policy lag of 1)."""
         t0 = time.perf_counter()
         deadline = t0 + self.timeout_s
-        for p in range(len(self.samplers)):
-            self._call_sampler(p)
+        if not self.prefetched:
+            for p in range(len(self.samplers)):
+                self._call_sampler(p)
         reports: list = [None] * self.topo.samplers
         puts = []
         while self.pending or self.restarting:
@@ -482,6 +512,10 @@ class RayFleet:
         calls = [lr.learn.remote([m for j in group for m in self._shard_memories(j)], env_steps,
                                  g == 0, self.ps)
                  for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))]
+        self.prefetched = self.overlap  # the fragments it brings are put after this take
+        if self.overlap:
+            for p in range(len(self.samplers)):
+                self._call_sampler(p)
         metrics, (self.version, self.weights) = self._get(calls, "learners")[0]
         t2 = time.perf_counter()
         rows = sum(r["env_steps"] for r in reports)

@@ -29,3 +29,4 @@ class PPOConfig:
     kl_target: float = 0.01  # objective=kl_penalty: KL the penalty coefficient is adapted around
     kl_beta_init: float = 1.0  # objective=kl_penalty: initial penalty coefficient
     kl_early_stop: float = 4.0  # objective=kl_penalty: stop the epochs when KL > this x kl_target
+    overlap: bool = False  # collect the next batch while the learner updates (policy lag 1)
