@@ -132,6 +132,10 @@ class Policy:
     ``observation_space`` and ``action_space`` are those of the env it was trained on (as the
     samplers saw them: flattened when the env's were Dict or Tuple); ``env_steps`` and
     ``version`` say how far it was trained; ``config`` is the run's config.
+
+    A recurrent policy (``model.core``) keeps a state for each of the N observations' envs
+    from call to call: call ``reset()`` when every episode starts over, or ``reset(done)``
+    ([N] bool) for the envs whose episode ended; a batch of another size starts from zeros.
     """
 
     def __init__(self, acting, observation_space, action_space, config: dict, env_steps: int,
@@ -159,6 +163,15 @@ class Policy:
                              f"[N, {', '.join(map(str, self._obs_shape))}]")
         actions = to_space(self.action_space, np.asarray(self._acting.act(np.ascontiguousarray(obs))))
         return actions[0] if single else actions
+
+    def reset(self, done=None) -> None:
+        """Start a recurrent policy's episodes over: all of them, or where ``done`` [N] is
+        true. A feed-forward policy has nothing to forget."""
+        reset = getattr(self._acting, "reset", None)
+        if reset is None or getattr(self._acting, "state", None) is None:
+            return
+        done = np.ones(len(self._acting.state), bool) if done is None else np.atleast_1d(done)
+        reset(np.asarray(done, bool))
 
 
 def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 0) -> Policy:

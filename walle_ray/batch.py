@@ -34,10 +34,23 @@ class Rollout:
     #                     learners compute it themselves: Algorithm.learner_bootstraps)
     version_b: np.ndarray  # [B] int64 version of the weights that acted, per row
     replayed_b: np.ndarray  # [B] bool, the row came from a replay buffer (not the on-policy queue)
+    state_b: np.ndarray | None = None  # [B, S] float32 recurrent core state at step 0 (zeros
+    #                                    where an episode starts there; None: width 0, no core)
+
+    def __post_init__(self) -> None:
+        if self.state_b is None:
+            self.state_b = np.zeros((self.reward_t.shape[1], 0), np.float32)
 
     @property
     def num_steps(self) -> int:
         return int(self.reward_t.shape[0] * self.reward_t.shape[1])
+
+    def first_t(self) -> np.ndarray:
+        """[T, B] bool: an episode starts at step t (the one before it ended), where a
+        recurrent core's state is zeroed. Step 0's start is already in ``state_b``."""
+        first_t = np.zeros(self.reward_t.shape, bool)
+        first_t[1:] = self.terminated_t[:-1] | self.truncated_t[:-1]
+        return first_t
 
     def check(self) -> None:
         """Raise ValueError when arrays disagree on [T, B] (and final_obs on K)."""
@@ -65,7 +78,7 @@ class Rollout:
 
 # Fields whose leading axis is B (one value per row) rather than [T, B]; final_obs has
 # its own axis K, the truncated steps.
-ROW_FIELDS = frozenset({"last_obs", "last_v", "version_b", "replayed_b"})
+ROW_FIELDS = frozenset({"last_obs", "last_v", "version_b", "replayed_b", "state_b"})
 
 
 def final_index(truncated_t: np.ndarray) -> np.ndarray:

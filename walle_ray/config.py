@@ -122,6 +122,12 @@ class ModelConfig:
     # Image torso under bfloat16 autocast: auto (only where the CPU or GPU computes bfloat16
     # natively; elsewhere it is emulated and much slower), true or false
     bf16: str = "auto"
+    # A recurrent core between torso and heads (PPO, PPO-KL, IMPALA): lstm | gru | None
+    core: Optional[str] = None
+    core_size: int = 256  # the core's hidden units
+    # Replayed rows: unroll the core over their first burn_in steps from the stored state,
+    # without gradient, and learn from the rest (R2D2); 0: start from the stored state
+    burn_in: int = 0
     # Your own network (docs/user_code.md, "Your own network"): 'my_pkg.nets:MyActorCritic'
     # (or Hydra's 'my_pkg.nets.MyActorCritic'), called as target(obs_space, action_space, model_cfg,
     # **model.kwargs) in every process that builds the model; None: the built-in network
@@ -233,6 +239,31 @@ def validate_role_resources(resources) -> None:
                      and amount > 0, f"{key}.{role}.{name}", f"got {amount!r}; use a positive number")
 
 
+def _check_core(cfg: DictConfig, algorithm_for) -> None:
+    """``model.core``: a known cell, on an algorithm whose learners unroll it, in the
+    built-in networks."""
+    m = cfg.model
+    _require(m.burn_in >= 0, "model.burn_in", "must be zero or positive")
+    if m.core is None:
+        _require(m.burn_in == 0, "model.burn_in", "applies to a recurrent core; set model.core too")
+        return
+    _require(m.core in ("lstm", "gru"), "model.core", f"got {m.core!r}; use lstm, gru or null")
+    _require(m.core_size > 0, "model.core_size", "must be positive")
+    algo = algorithm_for(cfg.algo)
+    _require(algo.recurrent, "model.core", f"algo={algo.name} has no recurrent networks; "
+             "use algo=ppo, ppo_kl or impala, or leave model.core unset")
+    if m.burn_in:
+        replays = [r.type for r in cfg.algo.get("replay") or [] if r.type != "queue"]
+        _require(bool(replays), "model.burn_in", f"re-derives the state of replayed rows, and "
+                 f"algo={algo.name} replays none; add a replay type to algo.replay "
+                 "(algo=impala) or leave model.burn_in at 0")
+        _require(m.burn_in < cfg.algo.fragment_length, "model.burn_in",
+                 f"{m.burn_in} leaves no step of a {cfg.algo.fragment_length}-step fragment to "
+                 "learn from; use fewer steps than algo.fragment_length")
+    _require(m._target_ is None, "model.core", "is for the built-in networks; a network of "
+             "yours (model._target_) cannot take a core yet: leave model.core unset")
+
+
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(f"{key}: {message}")
@@ -270,6 +301,7 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
         raise ConfigError(str(exc)) from None
     _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
              "model.hidden", "needs one or more positive layer widths")
+    _check_core(cfg, algorithm_for)
     target = cfg.model._target_
     _require(target is None or (bool(target.strip()) and ("." in target or ":" in target)
                                 and not target.startswith((".", ":"))),

@@ -97,6 +97,9 @@ class ActingPolicy(Protocol):
     def stats(self) -> dict[str, float]:
         """Exploration settings of the moment (e.g. epsilon), logged as ``explore/<key>``."""
 
+    # Optional: ``reset(done)``, done [B] bool: the episodes of these envs ended (after the
+    # writer's ``add`` for the step); a recurrent policy zeroes their state.
+
 
 @runtime_checkable
 class Writer(Protocol):

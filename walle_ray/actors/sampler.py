@@ -41,6 +41,8 @@ class Sampler:
         seed = seed + 10_007 * index
         self.policy = make_policy(self.env.observation_space, self.env.action_space, index, seed)
         self.writer = make_writer(self.policy, self.env, fragment_length)
+        # A recurrent policy zeroes the state of envs whose episode ended (ActingPolicy.reset).
+        self.reset = getattr(self.policy, "reset", None)
         self.version = -1
         self.obs = self.env.reset(seed=seed)
         self.total_steps = 0
@@ -77,6 +79,8 @@ class Sampler:
             ended = step(action, next_obs, reward, terminated, truncated)
             writer.add(t, obs, action, extras, next_obs, ended)
             if ended is not None:
+                if self.reset is not None:
+                    self.reset(terminated | truncated)
                 returns += ended.episode_returns
                 lengths += ended.episode_lengths
             steps += B

@@ -57,6 +57,7 @@ class FragmentWriter:
         self.terminated_t = np.empty((T, B), bool)
         self.truncated_t = np.empty((T, B), bool)
         self.final_v_t = np.zeros((T, B), np.float32)
+        self.state_b = self.policy.core_state(B)  # a recurrent policy's state at step 0
         self.steps: list = []  # (action, logp, dist params, value or None) per step
         self.finals: list = []  # final observations of truncated steps, in (time, row) order
 
@@ -70,7 +71,7 @@ class FragmentWriter:
             rows = np.flatnonzero(self.truncated_t[t])
             if rows.size:  # a time limit: the value after it bootstraps the return
                 self.finals.append(ended.final_obs[rows])
-                self.final_v_t[t, rows] = (self.policy.value(self.finals[-1])
+                self.final_v_t[t, rows] = (self.policy.value(self.finals[-1], rows)
                                            if self.bootstrap_value else np.nan)
 
     def finish(self, last_obs: np.ndarray, version: int) -> tuple[Rollout, dict]:
@@ -96,7 +97,8 @@ class FragmentWriter:
                                      np.empty((0, *obs_all.shape[2:]), obs_all.dtype)),
                           return_t=self._discounted_returns(),
                           last_obs=obs_all[T], last_v=last_v,
-                          version_b=np.full(B, version, np.int64), replayed_b=np.zeros(B, bool))
+                          version_b=np.full(B, version, np.int64), replayed_b=np.zeros(B, bool),
+                          state_b=self.state_b)
         return rollout, {}
 
     def _discounted_returns(self) -> np.ndarray:

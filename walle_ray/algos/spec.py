@@ -31,6 +31,8 @@ class Algorithm:
     samplers act with (anything with ``get_weights`` / ``set_weights``);
     ``learner_bootstraps``: its learners value each fragment's last observation themselves,
     so samplers skip that value (``FragmentWriter(bootstrap_value=False)``);
+    ``recurrent``: its updates unroll ``model.core`` over each fragment from the state its
+    sampler stored (``Rollout.state_b``), so ``model.core`` may be set;
     ``reads_dataset``: its memories serve recorded data, so a topology with no samplers
     (``0a1m1l``) is legal for it.
     ``packed_learner(cfg, shards)``: the config of one learner process that learns for
@@ -68,6 +70,7 @@ class Algorithm:
     memory_spec: Optional[Callable[..., tuple[type, tuple, dict]]] = None
     eval_policy: Callable[..., Any] = None  # type: ignore[assignment]
     packed_learner: Optional[Callable[[DictConfig, int], DictConfig]] = None
+    recurrent: bool = False  # its updates unroll a recurrent core (model.core)
 
     def __post_init__(self) -> None:
         if self.make_model is None:
@@ -86,7 +89,11 @@ class ActorCriticActing:
     with a separate critic (the writer values those observations in one batch).
 
     ``act`` runs inside the sampler's ``torch.inference_mode`` (``Sampler.collect``); it is
-    called once per env step, so it looks nothing up that it can keep."""
+    called once per env step, so it looks nothing up that it can keep.
+
+    A recurrent model (``model.core``) keeps each env's state here: ``act`` steps it,
+    ``reset`` zeroes it where episodes ended (the sampler calls it after the writer has
+    valued their final observations), ``core_state`` is what a fragment stores at its start."""
 
     def __init__(self, obs_space, action_space, cfg, deterministic: bool = False):
         import torch
@@ -94,6 +101,8 @@ class ActorCriticActing:
         self.model = actor_critic_model(obs_space, action_space, cfg)
         self.model.eval()
         self.separate = self.model.separate_critic
+        self.recurrent = getattr(self.model, "recurrent", False)
+        self.state = None  # [B, S] per env, from the first act (a recurrent model's)
         self.deterministic = deterministic
         self._tensor = torch.from_numpy
         self._head_act = self.model.head.act
@@ -103,16 +112,46 @@ class ActorCriticActing:
 
     def act(self, obs, env_steps: int = 0):
         x = self._tensor(obs)
-        if self.separate:
+        if self.recurrent:
+            params, value, self.state = self.model.step(x, self._state(len(obs)))
+        elif self.separate:
             params, value = self.model.policy(x), None
         else:
             params, value = self.model(x)
         action, logp = self._head_act(params, self.deterministic)
         return action.numpy(), (action, logp, params, value)
 
-    def value(self, obs):
-        """State values of ``obs`` [N, *obs_shape] as numpy (under the caller's inference mode)."""
-        return self.model.value(self._tensor(obs)).numpy()
+    def value(self, obs, rows=None):
+        """State values of ``obs`` [N, *obs_shape] as numpy (under the caller's inference
+        mode). A recurrent model values them from the state after the last step: every env's,
+        or those of ``rows`` (an index array) when ``obs`` holds only theirs."""
+        x = self._tensor(obs)
+        if self.recurrent:
+            state = self._state(len(obs)) if rows is None else self.state[rows]
+            return self.model.step(x, state)[1].numpy()
+        return self.model.value(x).numpy()
+
+    def reset(self, done) -> None:
+        """Zero the state of the envs whose episode ended (``done`` [B] bool)."""
+        if self.state is not None:
+            import torch
+
+            with torch.inference_mode():
+                self.state = self.state.masked_fill(self._tensor(done)[:, None], 0.0)
+
+    def core_state(self, batch: int):
+        """The state [B, S] as numpy (zeros before the first step; width 0 without a core)."""
+        if not self.recurrent:
+            import numpy as np
+
+            return np.zeros((batch, 0), np.float32)
+        return self._state(batch).numpy().copy()
+
+    def _state(self, batch: int):
+        """Each env's state, zeros before the first step."""
+        if self.state is None or len(self.state) != batch:
+            self.state = self.model.initial_state(batch)
+        return self.state
 
     def stats(self) -> dict[str, float]:
         return {}

@@ -1,8 +1,8 @@
 """Small deterministic environments for tests and benchmarks.
 
-Registered with gymnasium as ``walle/Counting-v0``, ``walle/Sleep-v0``, ``walle/Faulty-v0``,
-``walle/Frames-v0``, ``walle/Continuous-v0``, ``walle/DictObs-v0``, ``walle/MultiDiscrete-v0``
-and ``walle/MultiBinary-v0`` so they go through the same ``env.id=...`` path as any other env.
+Registered with gymnasium as ``walle/Counting-v0``, ``walle/Recall-v0``, ``walle/Sleep-v0``,
+``walle/Faulty-v0``, ``walle/Frames-v0``, ``walle/Continuous-v0``, ``walle/DictObs-v0``,
+``walle/MultiDiscrete-v0`` and ``walle/MultiBinary-v0`` so they go through the same ``env.id=...`` path as any other env.
 """
 
 from __future__ import annotations
@@ -38,6 +38,35 @@ class CountingEnv(gym.Env):
         end = self.t >= self.length
         return (np.array([self.t], np.float32), 1.0,
                 end and not self.truncate, end and self.truncate, {})
+
+
+class RecallEnv(gym.Env):
+    """A memory task no feed-forward policy can solve: the first observation shows a cue
+    (one of two, at random), the next ``delay`` steps show nothing, and the last step asks
+    for it. Observations are [cue is 0, cue is 1, asking]; the answer (the action on the
+    asking step) earns +1 when it names the cue and -1 otherwise; other steps earn 0. A
+    policy that remembers scores 1 per episode, one that cannot 0 on average."""
+
+    def __init__(self, delay: int = 4):
+        self.delay = delay
+        self.observation_space = gym.spaces.Box(0, 1, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t, self.cue = 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.cue = 0, int(self.np_random.integers(2))
+        obs = np.zeros(3, np.float32)
+        obs[self.cue] = 1.0
+        return obs, {}
+
+    def step(self, action):
+        asked = self.t == self.delay + 1
+        self.t += 1
+        obs = np.zeros(3, np.float32)
+        obs[2] = float(self.t == self.delay + 1)
+        reward = (1.0 if int(action) == self.cue else -1.0) if asked else 0.0
+        return obs, reward, asked, False, {}
 
 
 class SleepEnv(gym.Env):
@@ -289,6 +318,7 @@ class FaultyEnv(gym.Wrapper):
 
 def register_test_envs() -> None:
     for env_id, entry in (("walle/Counting-v0", CountingEnv), ("walle/Sleep-v0", SleepEnv),
+                          ("walle/Recall-v0", RecallEnv),
                           ("walle/Faulty-v0", FaultyEnv), ("walle/Frames-v0", FramesEnv),
                           ("walle/Continuous-v0", ContinuousEnv), ("walle/DictObs-v0", DictObsEnv),
                           ("walle/MultiDiscrete-v0", multi_discrete_env),

@@ -87,11 +87,52 @@ class ConvTorso(nn.Module):
             return self.fc(self.convs(x)).float()
 
 
+class Core(nn.Module):
+    """A recurrent core (``model.core``): an LSTM or GRU cell over the torso's features.
+
+    Its state is one ``[B, state_size]`` tensor per batch of envs (an LSTM's h, then its c),
+    so samplers, rollouts and replay carry it as a plain array. ``unroll`` runs the cell over
+    a fragment and zeroes the state where an episode starts (``first_t``), as the sampler
+    did when it acted."""
+
+    def __init__(self, kind: str, in_dim: int, size: int):
+        super().__init__()
+        self.lstm = kind == "lstm"
+        self.size = size
+        self.cell = nn.LSTMCell(in_dim, size) if self.lstm else nn.GRUCell(in_dim, size)
+        self.state_size = 2 * size if self.lstm else size
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: features [B, F], state [B, S] -> (output [B, size], next state [B, S])."""
+        if self.lstm:
+            h, c = self.cell(x, (state[:, :self.size], state[:, self.size:]))
+            return h, torch.cat([h, c], dim=-1)
+        h = self.cell(x, state)
+        return h, h
+
+    def unroll(self, x_t: torch.Tensor, state: torch.Tensor,
+               first_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features [T, B, F] from ``state`` [B, S], zeroing it before step t where
+        ``first_t`` [T, B] -> (outputs [T, B, size], the state after each step [T, B, S])."""
+        keep_t = (~first_t).unsqueeze(-1).to(state.dtype)
+        outputs, states = [], []
+        for t in range(x_t.shape[0]):
+            out, state = self(x_t[t], state * keep_t[t])
+            outputs.append(out)
+            states.append(state)
+        return torch.stack(outputs), torch.stack(states)
+
+
 class ActorCritic(NumpyWeights, nn.Module):
     """Policy distribution parameters and a state value from one observation batch.
 
     Vector observations use separate actor and critic MLPs (better for continuous control);
     image observations share a conv torso. A Gaussian policy has a state-independent log-std.
+
+    With ``model.core`` (lstm or gru) the torso (the conv stack, or an MLP of ``hidden``
+    widths) feeds a recurrent ``Core`` that both heads read, as in IMPALA's agent: ``step``
+    acts one step from a state, ``unroll`` runs a fragment, and ``forward`` is refused
+    (without the state a recurrent policy is a different policy).
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: ModelConfig,
@@ -106,8 +147,20 @@ class ActorCritic(NumpyWeights, nn.Module):
             out = self.head.dim
             self.log_std = nn.Parameter(torch.full((self.head.dim,), float(cfg.log_std_init)))
         self.obs_norm = RunningNorm(self.obs_shape) if normalize_obs and not self.image else None
+        self.core: Core | None = None
+        self.state_size = 0
         if self.image:
             self.torso = ConvTorso(self.obs_shape[0], self.obs_shape[-1], cfg.ortho_init, cfg.bf16)
+        elif getattr(cfg, "core", None):
+            in_dim = int(np.prod(self.obs_shape))
+            self.torso_mlp = MLP([in_dim, *cfg.hidden], cfg.activation, cfg.ortho_init, math.sqrt(2))
+        if getattr(cfg, "core", None):
+            features = self.torso.out_dim if self.image else cfg.hidden[-1]
+            self.core = Core(cfg.core, features, cfg.core_size)
+            self.state_size = self.core.state_size
+            self.pi = _init(nn.Linear(cfg.core_size, out), 0.01, cfg.ortho_init)
+            self.v = _init(nn.Linear(cfg.core_size, 1), 1.0, cfg.ortho_init)
+        elif self.image:
             self.pi = _init(nn.Linear(self.torso.out_dim, out), 0.01, cfg.ortho_init)
             self.v = _init(nn.Linear(self.torso.out_dim, 1), 1.0, cfg.ortho_init)
         else:
@@ -117,13 +170,45 @@ class ActorCritic(NumpyWeights, nn.Module):
             self.v = MLP([*sizes, 1], cfg.activation, cfg.ortho_init, 1.0)
         self.gaussian = gaussian
         # Whether the value can be computed apart from the policy at no extra cost: true for
-        # the separate MLPs, false for a shared conv torso (it would run twice).
-        self.separate_critic = not self.image
+        # the separate MLPs, false for a shared conv torso or core (it would run twice).
+        self.separate_critic = not self.image and self.core is None
+
+    @property
+    def recurrent(self) -> bool:
+        return self.core is not None
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [N, *obs_shape] -> (distribution params [N, D], value [N])."""
+        if self.core is not None:
+            raise TypeError("a recurrent ActorCritic acts with step(obs, state) and learns "
+                            "with unroll(obs_t, state, first_t)")
         h = self._features(obs)
         return self._params(self.pi(h)), self.v(h).squeeze(-1)
+
+    def initial_state(self, batch: int, device=None) -> torch.Tensor:
+        """The state at an episode's start: zeros [batch, state_size] (width 0 without a core)."""
+        return torch.zeros(batch, self.state_size, device=device)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One step of a recurrent policy: obs [B, *obs_shape], state [B, S] -> (params
+        [B, D], value [B], next state [B, S])."""
+        out, state = self.core(self._torso(obs), state)
+        return self._params(self.pi(out)), self.v(out).squeeze(-1), state
+
+    def unroll(self, obs_t: torch.Tensor, state: torch.Tensor,
+               first_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A fragment: obs_t [T, B, *obs_shape] from ``state`` [B, S], the state zeroed
+        before step t where ``first_t`` [T, B] -> (params [T, B, D], values [T, B], the
+        state after each step [T, B, S]). The torso runs once over all T x B observations."""
+        T, B = obs_t.shape[:2]
+        x_t = self._torso(obs_t.reshape(T * B, *obs_t.shape[2:])).view(T, B, -1)
+        out_t, states_t = self.core.unroll(x_t, state, first_t)
+        return self._params(self.pi(out_t)), self.v(out_t).squeeze(-1), states_t
+
+    def _torso(self, obs: torch.Tensor) -> torch.Tensor:
+        """A recurrent model's features before its core."""
+        x = self._features(obs)
+        return x if self.image else self.torso_mlp.activation(self.torso_mlp(x))
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """Distribution params alone: for vector observations the critic MLP is not run,

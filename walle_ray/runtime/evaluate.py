@@ -65,6 +65,9 @@ class Evaluator:
         ``videos`` lists the MP4 files written, one per episode, or is empty."""
         t0 = time.perf_counter()
         self.policy.set_weights(weights)
+        reset = getattr(self.policy, "reset", None)  # a recurrent policy's state per episode
+        if reset is not None:
+            reset(np.ones(1, bool))
         obs = np.array(self.env.reset(seed=self.seed))
         reward = np.empty(1, np.float32)
         terminated, truncated = np.empty(1, bool), np.empty(1, bool)
@@ -77,6 +80,8 @@ class Evaluator:
             if self.videos is not None:
                 self.videos.step(obs, ended)
             if ended is not None:
+                if reset is not None:
+                    reset(terminated | truncated)
                 returns += ended.episode_returns
                 lengths += ended.episode_lengths
         return {"episodes": len(returns), "return_mean": float(np.mean(returns)),

@@ -17,7 +17,7 @@ REPLAY_TYPES = ("queue", "uniform")
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> IMPALAUpdate:
     return IMPALAUpdate(cfg.algo, model, collective, cfg.env.normalize_reward,
-                        cfg.run.total_env_steps, device)
+                        cfg.run.total_env_steps, device, cfg.model.burn_in)
 
 
 def buffer_specs(algo_cfg) -> list[BufferSpec]:
@@ -95,4 +95,4 @@ def validate(cfg: DictConfig) -> None:
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
                    fragment_length=configured_fragment_length, validate=validate,
                    check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True,
-                   memory_spec=memory_spec, packed_learner=packed_as_is)
+                   memory_spec=memory_spec, packed_learner=packed_as_is, recurrent=True)

@@ -55,4 +55,5 @@ def validate(cfg: DictConfig) -> None:
 
 PPO = Algorithm(name="ppo", config_cls=PPOConfig, loop="sync", make_update=make_update,
                 fragment_length=fragment_length, validate=validate,
-                check_spaces=check_policy_spaces("PPO"), packed_learner=packed_learner)
+                check_spaces=check_policy_spaces("PPO"), packed_learner=packed_learner,
+                recurrent=True)

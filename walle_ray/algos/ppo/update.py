@@ -38,17 +38,31 @@ class PPOUpdate(UpdateRule):
         adv_t, target_t = gae(reward_t, batch.v_t, v_tp1, batch.terminated_t, batch.truncated_t,
                               cfg.gamma, cfg.gae_lambda)
         dev = self.device
-        flat = lambda x: torch.as_tensor(x.reshape(-1, *x.shape[2:])).to(dev)  # noqa: E731
-        obs, actions = flat(batch.obs_t), flat(batch.action_t)
-        old_logp, old_dist, old_v = flat(batch.logp_t), flat(batch.dist_t), flat(batch.v_t)
-        adv, target = flat(adv_t), flat(target_t)
+        # A minibatch is a set of steps; for a recurrent core, a set of whole env columns,
+        # unrolled from the state their sampler stored (``forward``, ``pick``).
+        recurrent = getattr(self.model, "recurrent", False)
+        shape = (lambda x: x) if recurrent else (lambda x: x.reshape(-1, *x.shape[2:]))
+        tensor = lambda x: torch.as_tensor(shape(x)).to(dev)  # noqa: E731
+        obs, actions = tensor(batch.obs_t), tensor(batch.action_t)
+        old_logp, old_dist, old_v = tensor(batch.logp_t), tensor(batch.dist_t), tensor(batch.v_t)
+        adv, target = tensor(adv_t), tensor(target_t)
+        if recurrent:
+            state_b = torch.as_tensor(batch.state_b).to(dev)
+            first_t = torch.as_tensor(batch.first_t()).to(dev)
+            forward = lambda idx: [x.flatten(0, 1) for x in  # noqa: E731
+                                   self.model.unroll(obs[:, idx], state_b[idx], first_t[:, idx])[:2]]
+            pick = lambda x, idx: x[:, idx].flatten(0, 1)  # noqa: E731
+            n, unit = obs.shape[1], obs.shape[0]
+        else:
+            forward = lambda idx: self.model(obs[idx])  # noqa: E731
+            pick = lambda x, idx: x[idx]  # noqa: E731
+            n, unit = obs.shape[0], 1
         lr = scheduled_lr(cfg.lr, cfg.lr_schedule, env_steps, self.total_env_steps)
         set_lr(self.optimizer, lr)
 
-        n = obs.shape[0]
         # Every learner must take the same number of steps (each one all-reduces), so they
         # agree on the count; a learner holding more rows uses larger minibatches.
-        per_epoch = max(1, n // cfg.minibatch_size)
+        per_epoch = max(1, n // max(1, cfg.minibatch_size // unit))
         per_epoch = int(self.collective.all_reduce_min(torch.tensor([per_epoch]))[0])
         mb = n // per_epoch
         sums: dict[str, float] = {}
@@ -59,8 +73,9 @@ class PPOUpdate(UpdateRule):
             epoch_kl = []
             for start in range(0, per_epoch * mb, mb):
                 idx = perm[start:start + mb]
-                terms = self._step(obs[idx], actions[idx], old_logp[idx], old_dist[idx],
-                                   old_v[idx], adv[idx], target[idx])
+                terms = self._step(*forward(idx), pick(actions, idx), pick(old_logp, idx),
+                                   pick(old_dist, idx), pick(old_v, idx), pick(adv, idx),
+                                   pick(target, idx))
                 epoch_kl.append(terms.get("kl", terms.get("approx_kl")))
                 for k, v in terms.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -73,7 +88,7 @@ class PPOUpdate(UpdateRule):
         if cfg.objective == "kl_penalty":
             # The PPO paper adapts beta to the KL after the iteration's updates, over the
             # whole batch; the minibatch KLs above were each measured before their own step.
-            kl = self._batch_kl(obs, old_dist, mb)
+            kl = self._batch_kl(forward, pick, n, old_dist, mb)
             metrics.update(kl_beta=self.beta, kl_after=kl)
             self.beta = adapt_kl_beta(self.beta, kl, cfg.kl_target)
         update_obs_norm(self.model, batch, self.collective)
@@ -84,20 +99,24 @@ class PPOUpdate(UpdateRule):
         return metrics
 
     @torch.no_grad()
-    def _batch_kl(self, obs: torch.Tensor, old_dist: torch.Tensor, chunk: int) -> float:
-        """Mean KL(behaviour || current) over every row of every learner."""
-        head, total = self.model.head, 0.0
-        for start in range(0, obs.shape[0], chunk):
-            params, _ = self.model(obs[start:start + chunk])
-            total += float(head.kl(old_dist[start:start + chunk], params).sum())
-        total, rows = self.collective.all_reduce_sum(torch.tensor([total, float(obs.shape[0])]))
+    def _batch_kl(self, forward, pick, n: int, old_dist: torch.Tensor, chunk: int) -> float:
+        """Mean KL(behaviour || current) over every row of every learner, ``chunk`` of the
+        batch's ``n`` units (steps, or a recurrent core's columns) at a time."""
+        head, total, rows = self.model.head, 0.0, 0
+        for start in range(0, n, chunk):
+            idx = torch.arange(start, min(n, start + chunk), device=old_dist.device)
+            params, _ = forward(idx)
+            total += float(head.kl(pick(old_dist, idx), params).sum())
+            rows += params.shape[0]
+        total, rows = self.collective.all_reduce_sum(torch.tensor([total, float(rows)]))
         return float(total / rows)
 
-    def _step(self, obs, actions, old_logp, old_dist, old_v, adv, target) -> dict[str, float]:
+    def _step(self, params, v, actions, old_logp, old_dist, old_v, adv,
+              target) -> dict[str, float]:
+        """One gradient step from the minibatch's forward pass (``params``, ``v``)."""
         cfg = self.cfg
         if cfg.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        params, v = self.model(obs)
         dist = self.model.head.dist(params)
         logp, entropy = dist.log_prob(actions), dist.entropy()
         common = dict(vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, old_v=old_v, vf_clip=cfg.vf_clip)
