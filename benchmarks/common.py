@@ -71,6 +71,17 @@ def run_cli(args: list[str], run_dir: Path, timeout_s: float) -> tuple[list[dict
     return read_metrics(run_dir / "metrics.jsonl"), time.perf_counter() - t0
 
 
+def steady_consumed_rate(records: list[dict], warmup: float) -> float | None:
+    """Agent steps/s the learners consumed over the records after ``warmup`` seconds of the
+    loop (an asynchronous run's ``env_steps_consumed``); None when the run was shorter."""
+    steady = [r for r in records if r["wall_s"] >= warmup]
+    base = next((r for r in reversed(records) if r["wall_s"] < warmup), None)
+    if not steady or base is None:
+        return None
+    span = steady[-1]["wall_s"] - base["wall_s"]
+    return (steady[-1]["env_steps_consumed"] - base["env_steps_consumed"]) / span
+
+
 def first_reaching(records: list[dict], target: float) -> dict | None:
     """The first record whose ``return`` (the mean of the last 20 episodes) reaches ``target``."""
     return next((r for r in records if r["return"] is not None and r["return"] >= target), None)

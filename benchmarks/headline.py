@@ -19,7 +19,7 @@ import argparse
 import shutil
 import statistics
 
-from common import ROOT, run_cli, write_result
+from common import ROOT, run_cli, steady_consumed_rate, write_result
 
 HEADLINE, BASE = "32a4m4l", "2a1m1l"
 OTHERS = ("4a1m1l", "8a1m1l", "8a2m2l", "16a2m2l", "4a8m1l")
@@ -32,14 +32,9 @@ def measure(topology: str, seconds: float, warmup: float, tag: str) -> dict:
     records, wall = run_cli(["algo=impala", "env=pong", f"topology={topology}",
                              f"run.max_wall_s={seconds}", "run.report_every_s=5"],
                             run_dir, timeout_s=seconds + 300)
-    steady = [r for r in records if r["wall_s"] >= warmup]
-    base = next((r for r in reversed(records) if r["wall_s"] < warmup), None)
     first = next((r["first_update_s"] for r in records if "first_update_s" in r), None)
-    rate = None
-    if steady and base is not None:
-        span = steady[-1]["wall_s"] - base["wall_s"]
-        rate = (steady[-1]["env_steps_consumed"] - base["env_steps_consumed"]) / span
-    return {"topology": topology, "consumed_per_s": rate, "first_update_s": first,
+    return {"topology": topology, "consumed_per_s": steady_consumed_rate(records, warmup),
+            "first_update_s": first,
             "resident_gib_peak": max(r.get("resident_gib", 0.0) for r in records),
             "processes": records[-1].get("processes"), "env_steps": records[-1]["env_steps"],
             "updates": records[-1]["updates"], "process_wall_s": wall}

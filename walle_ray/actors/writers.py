@@ -30,6 +30,10 @@ class FragmentWriter:
     of all T + 1 observations (T without ``bootstrap_value``) are computed in one batch once
     the fragment ends: one critic pass per fragment instead of one per step.
 
+    A recurrent policy's state at the fragment's first step goes with it as ``state_b``
+    (``ActorCriticActing.core_state``); its values come with each step, and a truncated
+    episode's final observation is valued from that env's state before it is reset.
+
     ``bootstrap_value``: compute ``last_v``, the value of the observation after the
     fragment, and ``final_v_t``, the values of truncated episodes' final observations.
     Algorithms whose learners compute them with their own newer network (IMPALA, from

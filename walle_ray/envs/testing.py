@@ -1,8 +1,9 @@
 """Small deterministic environments for tests and benchmarks.
 
-Registered with gymnasium as ``walle/Counting-v0``, ``walle/Recall-v0``, ``walle/Sleep-v0``,
-``walle/Faulty-v0``, ``walle/Frames-v0``, ``walle/Continuous-v0``, ``walle/DictObs-v0``,
-``walle/MultiDiscrete-v0`` and ``walle/MultiBinary-v0`` so they go through the same ``env.id=...`` path as any other env.
+Registered with gymnasium as ``walle/Counting-v0``, ``walle/Recall-v0``,
+``walle/CartPoleNoVelocity-v0``, ``walle/Sleep-v0``, ``walle/Faulty-v0``, ``walle/Frames-v0``,
+``walle/Continuous-v0``, ``walle/DictObs-v0``, ``walle/MultiDiscrete-v0`` and
+``walle/MultiBinary-v0`` so they go through the same ``env.id=...`` path as any other env.
 """
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ class RecallEnv(gym.Env):
         obs[2] = float(self.t == self.delay + 1)
         reward = (1.0 if int(action) == self.cue else -1.0) if asked else 0.0
         return obs, reward, asked, False, {}
+
+
+def cartpole_no_velocity(**kwargs) -> gym.Env:
+    """CartPole-v1 showing only the cart's position and the pole's angle: the velocities
+    must be inferred from successive observations, which a recurrent policy can do and a
+    feed-forward one cannot (a POMDP for benchmarks/recurrent.py)."""
+    env = gym.make("CartPole-v1", **kwargs)
+    low, high = env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]]
+    return gym.wrappers.TransformObservation(
+        env, lambda obs: obs[[0, 2]], gym.spaces.Box(low, high, dtype=np.float32))
 
 
 class SleepEnv(gym.Env):
@@ -319,6 +330,7 @@ class FaultyEnv(gym.Wrapper):
 def register_test_envs() -> None:
     for env_id, entry in (("walle/Counting-v0", CountingEnv), ("walle/Sleep-v0", SleepEnv),
                           ("walle/Recall-v0", RecallEnv),
+                          ("walle/CartPoleNoVelocity-v0", cartpole_no_velocity),
                           ("walle/Faulty-v0", FaultyEnv), ("walle/Frames-v0", FramesEnv),
                           ("walle/Continuous-v0", ContinuousEnv), ("walle/DictObs-v0", DictObsEnv),
                           ("walle/MultiDiscrete-v0", multi_discrete_env),
