@@ -66,9 +66,10 @@ def test_overlap_learns_one_version_behind(ray_session, spec):
         fleet.shutdown()
 
 
-def test_two_learners_hold_identical_weights(ray_session):
+@pytest.mark.parametrize("core", [[], ["model.core=lstm", "model.core_size=8"]], ids=["mlp", "lstm"])
+def test_two_learners_hold_identical_weights(ray_session, core):
     ray = ray_session
-    cfg = make_cfg(*TINY, "env=halfcheetah", "model.hidden=[16]")  # obs norm and reward scale too
+    cfg = make_cfg(*TINY, "env=halfcheetah", "model.hidden=[16]", *core)  # obs norm and reward scale too
     fleet = build(cfg, "3a2m2l")  # learner 0 reads two samplers' data, learner 1 one
     try:
         fleet.start()
