@@ -18,10 +18,10 @@ from conftest import make_cfg, run_cli
 register_test_envs()
 
 
-def sampler(core="lstm", env_id="walle/Counting-v0", envs=2, steps=5, **env_kwargs):
+def sampler(core="lstm", env_id="walle/Counting-v0", envs=2, steps=5, bf16="auto", **env_kwargs):
     """A policy-gradient sampler with a small recurrent model, ``steps`` per fragment."""
     env = EnvConfig(id=env_id, envs_per_sampler=envs, kwargs=env_kwargs)
-    model = ModelConfig(hidden=[8], core=core, core_size=6)
+    model = ModelConfig(hidden=[8], core=core, core_size=6, bf16=bf16)
     return fragment_sampler(env, model, steps, 0.99, 0, 0)
 
 
@@ -69,6 +69,26 @@ def test_the_learners_unroll_reproduces_the_samplers_outputs():
     with torch.no_grad():
         last_v = model.step(torch.as_tensor(rollout.last_obs), last_state)[1]
     np.testing.assert_allclose(last_v.numpy(), rollout.last_v, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bf16, tolerance", [(False, 1e-5), (True, 2e-2)])
+def test_a_conv_torso_with_a_core_unrolls_as_it_acted(bf16, tolerance):
+    """Frames through the conv torso into a GRU, in float32 and under bfloat16 autocast
+    (where the torso's batch of T x B frames may round differently from one step's)."""
+    s = sampler(core="gru", env_id="walle/Frames-v0", steps=12, length=8, num_actions=3,
+                size=42, bf16=bf16)
+    model = s.policy.model
+    weights = random_weights(s)
+    s.collect()
+    rollout, _ = s.collect()
+    assert rollout.state_b.shape == (2, 6) and rollout.first_t().any()
+    model.set_weights(weights)
+    with torch.no_grad():
+        params, v, _ = model.unroll(torch.as_tensor(rollout.obs_t), torch.as_tensor(rollout.state_b),
+                                    torch.as_tensor(rollout.first_t()))
+        logp = model.head.dist(params).log_prob(torch.as_tensor(rollout.action_t))
+    np.testing.assert_allclose(logp.numpy(), rollout.logp_t, rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(v.numpy(), rollout.v_t, rtol=tolerance, atol=tolerance)
 
 
 def test_truncated_episodes_are_valued_from_their_own_state():
