@@ -201,7 +201,8 @@ def impala_learner(burn_in: int):
 
     cfg = make_cfg("algo=impala", "env.id=walle/Counting-v0", "+env.kwargs.length=10",
                    "model.hidden=[8]", "model.core=lstm", "model.core_size=6",
-                   f"model.burn_in={burn_in}", "algo.rho_bar=1e9", "algo.c_bar=1e9")
+                   f"model.burn_in={burn_in}", "algo.rho_bar=1e9", "algo.c_bar=1e9",
+                   "algo.ent_coef=0.5", "algo.clear_policy_coef=1.0", "algo.clear_value_coef=1.0")
     return Learner(cfg, *env_spaces(cfg.env))
 
 
@@ -217,11 +218,15 @@ def replayed_rollout():
 @pytest.mark.parametrize("burn_in, teaches", [(3, False), (0, True)])
 def test_burned_in_steps_of_replayed_rows_teach_nothing(burn_in, teaches):
     """With model.burn_in=3 the first 3 steps of replayed rows only warm the state up: what
-    their rewards say changes nothing in the update (it would without burn-in)."""
+    their rewards, stored behaviour and values say changes nothing in the update, through
+    V-trace, the entropy bonus or CLEAR (it would without burn-in)."""
     rollout = replayed_rollout()
-    reward_t = rollout.reward_t.copy()
-    reward_t[:3, :2] += 5.0
-    other = dataclasses.replace(rollout, reward_t=reward_t)
+    changed = {}
+    for name in ("reward_t", "dist_t", "v_t"):
+        value = getattr(rollout, name).copy()
+        value[:3, :2] += 5.0
+        changed[name] = value
+    other = dataclasses.replace(rollout, **changed)
     weights = []
     for batch in (rollout, other):
         learner = impala_learner(burn_in)

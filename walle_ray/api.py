@@ -170,8 +170,12 @@ class Policy:
         reset = getattr(self._acting, "reset", None)
         if reset is None or getattr(self._acting, "state", None) is None:
             return
-        done = np.ones(len(self._acting.state), bool) if done is None else np.atleast_1d(done)
-        reset(np.asarray(done, bool))
+        envs = len(self._acting.state)
+        done = np.ones(envs, bool) if done is None else np.atleast_1d(np.asarray(done, bool))
+        if done.shape != (envs,):
+            raise ValueError(f"reset(done): done has shape {done.shape}; this policy holds the "
+                             f"state of {envs} envs (the batch its last act was given)")
+        reset(done)
 
 
 def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 0) -> Policy:

@@ -58,11 +58,13 @@ class IMPALAUpdate(UpdateRule):
         logp_t = dist.log_prob(action_t)
         behaviour_t = t(batch.dist_t)
         kl_t = head.kl(behaviour_t, params_t)  # KL(behaviour || current), [T, B]: CLEAR, metrics
-        mask_t = burn_t
+        laser_t = None
         if cfg.laser_kl_threshold is not None:
-            mask_t = laser_mask(head.implied_kl(params_t.detach(), behaviour_t, cfg.rho_bar),
-                                cfg.laser_kl_threshold)
-            mask_t = mask_t if burn_t is None else mask_t * burn_t
+            laser_t = laser_mask(head.implied_kl(params_t.detach(), behaviour_t, cfg.rho_bar),
+                                 cfg.laser_kl_threshold)
+        mask_t = burn_t
+        if laser_t is not None:
+            mask_t = laser_t if burn_t is None else laser_t * burn_t
         vt = vtrace(logp_t.detach() - t(batch.logp_t), t(reward), v_t.detach(), boot,
                     t(batch.terminated_t), truncated_t, final_v_t, cfg.gamma,
                     rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, pg_rho_bar=cfg.pg_rho_bar,
@@ -88,7 +90,7 @@ class IMPALAUpdate(UpdateRule):
         out.update(loss=float(loss.detach()), grad_norm=float(grad_norm), lr=lr,
                    rho_mean=float(vt.rho_t.mean()), kl=float(kl_t.detach().mean()),
                    replayed_frac=float(replayed_t.mean()),
-                   laser_kept=1.0 if mask_t is None else float(mask_t.mean()))
+                   laser_kept=1.0 if laser_t is None else float(laser_t.mean()))
         return out
 
     def _unroll(self, batch: Rollout, t) -> tuple:
@@ -107,6 +109,9 @@ class IMPALAUpdate(UpdateRule):
         if n:
             replayed = t(batch.replayed_b)
             head_params, head_v, head_states = self.model.unroll(obs_t[:n], state, first_t[:n])
+            # No term of the loss (entropy and CLEAR included) learns from a burn-in step.
+            head_params = torch.where(replayed[None, :, None], head_params.detach(), head_params)
+            head_v = torch.where(replayed[None, :], head_v.detach(), head_v)
             carried = torch.where(replayed[:, None], head_states[-1].detach(), head_states[-1])
             params_t, v_t, states_t = self.model.unroll(obs_t[n:], carried, first_t[n:])
             params_t, v_t = torch.cat([head_params, params_t]), torch.cat([head_v, v_t])
