@@ -42,6 +42,8 @@ ALGO_SIZES = {
     "capacity": 256,  # a replay shard allocates all of it at the first put
     "learning_starts": 16,
     "random_steps": 8,  # so DDPG-type samplers act with their actor within the first fragment
+    "pairs": 2,  # ES: perturbation pairs per iteration
+    "noise_size": 100_000,  # ES: the noise table, above any test policy's parameter count
 }
 ENV_SIZES = {"envs_per_sampler": 2}
 FRAME_SIZE = 42  # the smaller of the two frame sizes (env.obs_size) the conv torso is built for

@@ -136,3 +136,10 @@ def test_a_config_dir_that_does_not_exist_is_one_line(tmp_path):
     proc = run_cli("--config-dir", str(tmp_path / "nope"), check=False, timeout=60)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert f"walle_ray: error: --config-dir: {tmp_path / 'nope'} is not a directory" in proc.stderr
+
+
+def test_a_value_typed_over_several_lines_is_one_override():
+    typed = ("algo.replay=[{type: queue, ratio: 0.5}, {type: elite, ratio: 0.5, capacity: 1000,\n"
+             "                dist_function: ln_norm, lambda_batch_multiplier: 6}]")
+    cfg = make_cfg("algo=impala", *rewrite_args([typed], CONF_DIR))
+    assert cfg.algo.replay[1].type == "elite" and cfg.algo.replay[1].lambda_batch_multiplier == 6

@@ -65,7 +65,7 @@ def cfg(*specs, batch=8):
 @pytest.mark.parametrize("specs,message", [
     ([{"type": "queue", "ratio": 0.5}, {"type": "uniform", "ratio": 0.25}], "sum to 0.75"),
     ([{"type": "queue", "ratio": 0.3}, {"type": "uniform", "ratio": 0.7}], "not a whole number"),
-    ([{"type": "elite", "ratio": 1.0}], "use one of queue, uniform"),
+    ([{"type": "elites", "ratio": 1.0}], "use one of queue, uniform, elite, attentive"),
     ([{"type": "queue", "ratio": 0.5}, {"type": "queue", "ratio": 0.5}], "queue once"),
     ([{"type": "uniform", "ratio": 1.0, "capacity": 4}], "cannot serve 8"),
     ([], "at least one"),

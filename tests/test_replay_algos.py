@@ -59,7 +59,7 @@ def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
     # The shards were snapshotted with the checkpoint; a resumed run starts with them full.
     held = sum(last[f"memory/{k}/size"] for k in (0, 1))  # samplers may add a little after it
     out = run_cli(f"run.resume={tmp_path}", "run.total_env_steps=5000").stdout
-    restored = re.search(r"replay restored: (\d+) transitions in 2 shard\(s\)", out)
+    restored = re.search(r"replay restored: (\d+) transitions in 2 memories", out)
     assert restored and held <= int(restored.group(1)) <= 4000, out
     assert records(tmp_path)[-1]["env_steps"] >= 5000
 
@@ -78,7 +78,7 @@ def test_apex_on_pong_keeps_frames_once_through_a_checkpoint(tmp_path):
     assert 0 < frames <= 1.5 * held
     assert last["memory/0/obs_bytes"] < 2 * held * 4 * 42 * 42 / 4
     out = run_cli(f"run.resume={tmp_path}", "run.total_env_steps=1600").stdout
-    assert re.search(r"replay restored: \d+ transitions in 1 shard\(s\)", out), out
+    assert re.search(r"replay restored: \d+ transitions in 1 memory", out), out
     assert records(tmp_path)[-1]["env_steps"] >= 1600
 
 

@@ -36,10 +36,14 @@ class Rollout:
     replayed_b: np.ndarray  # [B] bool, the row came from a replay buffer (not the on-policy queue)
     state_b: np.ndarray | None = None  # [B, S] float32 recurrent core state at step 0 (zeros
     #                                    where an episode starts there; None: width 0, no core)
+    feature_t: np.ndarray | None = None  # [T, B, F] float32 the behaviour policy's encoding of
+    #                                      obs_t (elite replay; None: width 0, not kept)
 
     def __post_init__(self) -> None:
         if self.state_b is None:
             self.state_b = np.zeros((self.reward_t.shape[1], 0), np.float32)
+        if self.feature_t is None:
+            self.feature_t = np.zeros((*self.reward_t.shape, 0), np.float32)
 
     @property
     def num_steps(self) -> int:

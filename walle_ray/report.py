@@ -151,7 +151,7 @@ def sampler_totals() -> dict:
 
 def memory_totals() -> dict:
     return {"records": 0, "fill_sum": 0.0, "size_sum": 0.0, "served_rows": 0,
-            "served_counted": 0, "fragments_in": 0}
+            "served_counted": 0, "fragments_in": 0, "rank_s": 0.0}
 
 
 def learner_totals() -> dict:
@@ -226,7 +226,8 @@ def learner_figures(totals: dict, alternating_s: float | None) -> dict:
 
 def memory_figures(totals: dict, feeders: list[int]) -> list[dict]:
     """Per memory: the samplers writing to it, its mean fill and size over the records, the
-    fragments its samplers wrote and the rows it served (where its type counts them)."""
+    fragments its samplers wrote, the rows it served (where its type counts them) and the
+    share of the run it spent ranking rows (elite and attentive replay)."""
     count = max([len(feeders)] + [int(k) + 1 for k in totals["memories"]])
     out = []
     for k in range(count):
@@ -236,7 +237,8 @@ def memory_figures(totals: dict, feeders: list[int]) -> list[dict]:
                     "fill_mean": m["fill_sum"] / records if records else None,
                     "size_mean": m["size_sum"] / records if records else None,
                     "fragments_in": m["fragments_in"], "served_rows": m["served_rows"],
-                    "served_counted": m["served_counted"], "records": records})
+                    "served_counted": m["served_counted"], "records": records,
+                    "rank_share": _share(m["rank_s"], totals["wall_s"])})
     return out
 
 
@@ -351,8 +353,10 @@ def _memory_phrase(m: dict) -> str:
     n = m["samplers"]
     fed = ("its samplers" if n is None else "no sampler" if n == 0 else
            f"{n} sampler" + ("s" if n > 1 else ""))
+    ranking = (f" and spent {_pct(m['rank_share'])} of the run ranking replay rows"
+               if m.get("rank_share") else "")
     return (f"memory-{m['index']} ({fed}{fill}) got {m['fragments_in']} fragments and served "
-            f"{m['served_rows']} rows")
+            f"{m['served_rows']} rows{ranking}")
 
 
 # ----------------------------------------------------------------------------- command line

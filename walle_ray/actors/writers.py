@@ -30,6 +30,9 @@ class FragmentWriter:
     of all T + 1 observations (T without ``bootstrap_value``) are computed in one batch once
     the fragment ends: one critic pass per fragment instead of one per step.
 
+    Where the policy encodes the states it acts on (elite replay), the encodings go with
+    the fragment as ``feature_t``.
+
     A recurrent policy's state at the fragment's first step goes with it as ``state_b``
     (``ActorCriticActing.core_state``); its values come with each step, and a truncated
     episode's final observation is valued from that env's state before it is reset.
@@ -62,7 +65,7 @@ class FragmentWriter:
         self.truncated_t = np.empty((T, B), bool)
         self.final_v_t = np.zeros((T, B), np.float32)
         self.state_b = self.policy.core_state(B)  # a recurrent policy's state at step 0
-        self.steps: list = []  # (action, logp, dist params, value or None) per step
+        self.steps: list = []  # (action, logp, dist params, value or None, encoding or None) per step
         self.finals: list = []  # final observations of truncated steps, in (time, row) order
 
     def slots(self, t: int) -> tuple:
@@ -82,7 +85,7 @@ class FragmentWriter:
         T, B = self.T, self.B
         obs_all = self.obs_all
         obs_t = obs_all[:T]
-        actions, logps, params, values = zip(*self.steps)
+        actions, logps, params, values, encoded = zip(*self.steps)
         valued = obs_all if self.bootstrap_value else obs_t  # the observations to value
         if values[0] is None:  # a separate critic: value every observation at once
             v_all = self.policy.value(valued.reshape(-1, *obs_all.shape[2:])).reshape(-1, B)
@@ -102,7 +105,8 @@ class FragmentWriter:
                           return_t=self._discounted_returns(),
                           last_obs=obs_all[T], last_v=last_v,
                           version_b=np.full(B, version, np.int64), replayed_b=np.zeros(B, bool),
-                          state_b=self.state_b)
+                          state_b=self.state_b,
+                          feature_t=None if encoded[0] is None else torch.stack(encoded).numpy())
         return rollout, {}
 
     def _discounted_returns(self) -> np.ndarray:

@@ -33,6 +33,8 @@ class Algorithm:
     so samplers skip that value (``FragmentWriter(bootstrap_value=False)``);
     ``recurrent``: its updates unroll ``model.core`` over each fragment from the state its
     sampler stored (``Rollout.state_b``), so ``model.core`` may be set;
+    ``stores_encodings(cfg)``: its samplers keep each step's state encoding
+    (``Rollout.feature_t``; elite replay compares them);
     ``reads_dataset``: its memories serve recorded data, so a topology with no samplers
     (``0a1m1l``) is legal for it.
     ``packed_learner(cfg, shards)``: the config of one learner process that learns for
@@ -71,6 +73,7 @@ class Algorithm:
     eval_policy: Callable[..., Any] = None  # type: ignore[assignment]
     packed_learner: Optional[Callable[[DictConfig, int], DictConfig]] = None
     recurrent: bool = False  # its updates unroll a recurrent core (model.core)
+    stores_encodings: Callable[[DictConfig], bool] = lambda cfg: False
 
     def __post_init__(self) -> None:
         if self.make_model is None:
@@ -95,7 +98,11 @@ class ActorCriticActing:
     ``reset`` zeroes it where episodes ended (the sampler calls it after the writer has
     valued their final observations), ``core_state`` is what a fragment stores at its start."""
 
-    def __init__(self, obs_space, action_space, cfg, deterministic: bool = False):
+    def __init__(self, obs_space, action_space, cfg, deterministic: bool = False,
+                 encode: bool = False):
+        """``encode``: each step's extras also carry the policy's encoding of the state
+        (``ActorCritic.encode``, from the same forward pass), which elite replay compares
+        with the learner's encoding later (``walle_ray/buffers/ranked.py``)."""
         import torch
 
         self.model = actor_critic_model(obs_space, action_space, cfg)
@@ -104,6 +111,7 @@ class ActorCriticActing:
         self.recurrent = getattr(self.model, "recurrent", False)
         self.state = None  # [B, S] per env, from the first act (a recurrent model's)
         self.deterministic = deterministic
+        self.encode = encode
         self._tensor = torch.from_numpy
         self._head_act = self.model.head.act
 
@@ -112,14 +120,22 @@ class ActorCriticActing:
 
     def act(self, obs, env_steps: int = 0):
         x = self._tensor(obs)
-        if self.recurrent:
+        encoded = None
+        if self.encode:
+            if self.recurrent:
+                params, value, self.state, encoded = self.model.step(x, self._state(len(obs)), True)
+            elif self.separate:
+                (params, encoded), value = self.model.policy(x, True), None
+            else:
+                params, value, encoded = self.model(x, True)
+        elif self.recurrent:
             params, value, self.state = self.model.step(x, self._state(len(obs)))
         elif self.separate:
             params, value = self.model.policy(x), None
         else:
             params, value = self.model(x)
         action, logp = self._head_act(params, self.deterministic)
-        return action.numpy(), (action, logp, params, value)
+        return action.numpy(), (action, logp, params, value, encoded)
 
     def value(self, obs, rows=None):
         """State values of ``obs`` [N, *obs_shape] as numpy (under the caller's inference
@@ -171,8 +187,9 @@ class ActorCriticPolicy(ActorCriticActing):
             return super().act(obs)[0]
 
 
-def _actor_critic_acting(cfg, obs_space, action_space, index: int, seed: int) -> ActorCriticActing:
-    return ActorCriticActing(obs_space, action_space, cfg)
+def _actor_critic_acting(cfg, encode: bool, obs_space, action_space, index: int,
+                         seed: int) -> ActorCriticActing:
+    return ActorCriticActing(obs_space, action_space, cfg, encode=encode)
 
 
 def _fragment_writer(gamma: float, track_return: bool, bootstrap_value: bool, policy, env,
@@ -183,10 +200,11 @@ def _fragment_writer(gamma: float, track_return: bool, bootstrap_value: bool, po
 
 
 def fragment_sampler_args(env_cfg, model_cfg, fragment_length: int, gamma: float, index: int = 0,
-                          seed: int = 0, bootstrap_value: bool = True) -> tuple:
+                          seed: int = 0, bootstrap_value: bool = True, encode: bool = False) -> tuple:
     """``Sampler``'s arguments for the policy-gradient methods: the actor-critic acting, a
-    ``FragmentWriter`` keeping fixed-length fragments."""
-    policy = partial(_actor_critic_acting, SimpleNamespace(env=env_cfg, model=model_cfg))
+    ``FragmentWriter`` keeping fixed-length fragments (with each step's state encoding when
+    ``encode``: ``ActorCriticActing``)."""
+    policy = partial(_actor_critic_acting, SimpleNamespace(env=env_cfg, model=model_cfg), encode)
     writer = partial(_fragment_writer, float(gamma), bool(env_cfg.normalize_reward), bootstrap_value)
     return env_cfg, policy, writer, fragment_length, index, seed
 
@@ -207,7 +225,7 @@ def fragment_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
     sections = role_sections(cfg)
     return Sampler, fragment_sampler_args(sections.env, sections.model, algo.fragment_length(cfg, topo),
                                           cfg.algo.gamma, i, cfg.run.seed,
-                                          not algo.learner_bootstraps), {}
+                                          not algo.learner_bootstraps, algo.stores_encodings(cfg)), {}
 
 
 def role_sections(cfg) -> SimpleNamespace:

@@ -1,18 +1,22 @@
 """The asynchronous memory role: an on-policy queue and replay buffers, mixed by ratio.
 
 A learner batch of n rows takes ``ratio * n`` rows from each listed memory type: ``queue``
-rows are consumed once (on-policy FIFO), ``uniform`` rows are sampled from a replay buffer
-and flagged ``replayed_b`` so the loss can correct and clone them.
+rows are consumed once (on-policy FIFO); ``uniform``, ``elite`` and ``attentive`` rows are
+sampled from a replay buffer (the last two ranked by the current policy:
+``buffers/ranked.py``) and flagged ``replayed_b`` so the loss can correct and clone them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import threading
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
 
 import numpy as np
 
 from walle_ray.batch import Rollout, concat_rollouts
 from walle_ray.buffers.fifo import FIFOMemory
+from walle_ray.buffers.ranked import RankedReplay
 from walle_ray.buffers.replay import UniformReplay
 
 
@@ -20,23 +24,64 @@ from walle_ray.buffers.replay import UniformReplay
 class BufferSpec:
     """One memory type of a mix."""
 
-    type: str  # queue | uniform
+    type: str  # queue | uniform | elite | attentive
     ratio: float  # share of each learner batch
     capacity: int  # rows held
     start_rows: int = 0  # rows held before this buffer serves batches
+    ranking: dict = field(default_factory=dict)  # RankedReplay's keyword settings (elite, attentive)
 
 
 class MixedMemory:
-    """Rows go into every buffer; batches are composed by the buffers' ratios."""
+    """Rows go into every buffer; batches are composed by the buffers' ratios.
 
-    def __init__(self, specs: list[BufferSpec], batch_rows: int, seed: int = 0):
+    ``encoder`` builds the current policy in this process for the buffers that rank their
+    rows (``RankedReplay``); such a memory ``wants_weights``: its runtime hands it each newer
+    version (``set_weights``) and calls ``prepare`` to rank the next batch ahead.
+    """
+
+    def __init__(self, specs: list[BufferSpec], batch_rows: int, seed: int = 0,
+                 encoder: Callable[[], Any] | None = None):
         self.specs = specs
         self.counts = [round(s.ratio * batch_rows) for s in specs]
-        self.buffers = [FIFOMemory(s.capacity) if s.type == "queue" else UniformReplay(s.capacity, seed + i)
-                        for i, s in enumerate(specs)]
+        self.buffers = [self._buffer(s, n, seed + i) for i, (s, n) in enumerate(zip(specs, self.counts))]
         self.queue = next((b for b in self.buffers if isinstance(b, FIFOMemory)), None)
+        self.ranked = [b for b in self.buffers if isinstance(b, RankedReplay)]
+        self.make_encoder, self.encoder = encoder, None  # built with the first weights
+        self.building = threading.Lock()  # weights may arrive on two threads at the start
         self.rows_in = 0
         self.rows_out = 0
+
+    @staticmethod
+    def _buffer(spec: BufferSpec, rows: int, seed: int):
+        if spec.type == "queue":
+            return FIFOMemory(spec.capacity)
+        if spec.type == "uniform":
+            return UniformReplay(spec.capacity, seed)
+        return RankedReplay(spec.type, spec.capacity, rows, start_rows=spec.start_rows, seed=seed,
+                            **spec.ranking)
+
+    @property
+    def wants_weights(self) -> bool:
+        return bool(self.ranked)
+
+    @property
+    def weights_version(self) -> int:
+        return -1 if self.encoder is None else self.encoder.version
+
+    def set_weights(self, weights: Any, version: int) -> None:
+        """The learner's newest weights, for the buffers that rank (one model for all)."""
+        with self.building:
+            if self.encoder is None:
+                self.encoder = self.make_encoder()
+                for buf in self.ranked:
+                    buf.encoder = self.encoder
+        self.encoder.set_weights(weights, version)
+
+    def prepare(self) -> None:
+        """Rank the next batch's rows of every ranking buffer (a memory process calls this
+        on a thread of its own after serving a batch)."""
+        for buf in self.ranked:
+            buf.prepare()
 
     free_running = False  # the on-policy queue serves each row once
 
@@ -81,4 +126,60 @@ class MixedMemory:
         for spec, buf in zip(self.specs, self.buffers):
             out[f"{spec.type}_size"] = len(buf)
             out[f"{spec.type}_capacity"] = spec.capacity
+            if isinstance(buf, RankedReplay):
+                out.update({f"{spec.type}_{k}": v for k, v in buf.stats().items()})
         return out
+
+    def state_dict(self) -> dict:
+        """Every replay buffer's rows and counters (``memory.checkpoint=true``); the queue's
+        fragments are on-policy data, used once, and are not kept. A row every buffer holds
+        (each holds the same row objects) is saved once, each buffer keeping its indices."""
+        distinct: dict[int, int] = {}  # id of a row object -> its place in ``rows``
+        rows: list = []
+        buffers = []
+        for spec, buf in zip(self.specs, self.buffers):
+            if isinstance(buf, FIFOMemory):
+                buffers.append({"type": spec.type})
+                continue
+            places = []
+            for row in buf.rows:
+                if id(row) not in distinct:
+                    distinct[id(row)] = len(rows)
+                    rows.append(row)
+                places.append(distinct[id(row)])
+            saved = {"type": spec.type, "rows": np.asarray(places, np.int64), "next": buf.next,
+                     "added": buf.added}
+            if isinstance(buf, RankedReplay):
+                saved["ranked"] = buf.state_dict()
+            buffers.append(saved)
+        joined = concat_rollouts(rows) if rows else None
+        return {"held": len(rows), "buffers": buffers,
+                "rows": None if joined is None else {f.name: getattr(joined, f.name)
+                                                     for f in fields(Rollout)}}
+
+    def load_state_dict(self, state: dict) -> None:
+        saved_types = [b["type"] for b in state["buffers"]]
+        types = [spec.type for spec in self.specs]
+        if saved_types != types:
+            raise ValueError(f"the snapshot holds the memory types {saved_types}; algo.replay "
+                             f"lists {types}: resume with the same mix, or memory.checkpoint=false")
+        rows = []
+        if state["rows"] is not None:
+            joined = Rollout(**{k: np.asarray(v) for k, v in state["rows"].items()})
+            rows = [joined.rows(slice(j, j + 1)) for j in range(joined.reward_t.shape[1])]
+        for buf, saved in zip(self.buffers, state["buffers"]):
+            if isinstance(buf, FIFOMemory):
+                continue
+            held = [rows[j] for j in np.asarray(saved["rows"], np.int64)]
+            if len(held) > buf.capacity:
+                raise ValueError(f"the snapshot holds {len(held)} rows; this replay has room for "
+                                 f"{buf.capacity} (algo.replay capacity)")
+            if (isinstance(buf, RankedReplay) and buf.kind == "elite" and buf.fn != "kl"
+                    and held and held[0].feature_t.shape[-1] == 0):
+                raise ValueError("the snapshot's rows hold no state encodings (they were stored "
+                                 f"without elite {buf.fn} replay); resume with "
+                                 "memory.checkpoint=false, or rank by dist_function=kl")
+            buf.rows = held
+            buf.next, buf.added = int(saved["next"]) % buf.capacity, int(saved["added"])
+            if isinstance(buf, RankedReplay):
+                buf.load_state_dict(saved["ranked"])

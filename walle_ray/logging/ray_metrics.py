@@ -21,10 +21,19 @@ _GAUGES = {
 }
 # per-memory keys (memory/<k>/<key>) -> gauge name; several keys can share a gauge
 _MEMORY_GAUGES = {"queue_size": "walle_queue_depth", "size": "walle_replay_size",
-                  "uniform_size": "walle_replay_size", "fill": "walle_replay_fill"}
+                  "uniform_size": "walle_replay_size", "fill": "walle_replay_fill",
+                  **{f"{kind}_{key}": f"walle_replay_{key}" for kind in ("elite", "attentive")
+                     for key in ("dist_kept", "dist_drawn", "candidates", "lambda", "rank_share")},
+                  "elite_size": "walle_replay_size", "attentive_size": "walle_replay_size"}
+_TYPES = ("queue", "uniform", "elite", "attentive")  # IMPALA's memory types; else a replay shard
 _MEMORY_TEXT = {"walle_queue_depth": "rows waiting in an on-policy memory",
                 "walle_replay_size": "rows or transitions held by a replay memory",
-                "walle_replay_fill": "fraction of a replay shard's capacity in use"}
+                "walle_replay_fill": "fraction of a replay shard's capacity in use",
+                "walle_replay_dist_kept": "mean distance of the rows a ranking replay kept",
+                "walle_replay_dist_drawn": "mean distance of the candidates a ranking replay drew",
+                "walle_replay_candidates": "candidates a ranking replay drew for one batch",
+                "walle_replay_lambda": "a ranking replay's candidates per row served, annealed",
+                "walle_replay_rank_share": "share of the time a ranking replay spends ranking"}
 
 
 class RayMetrics:
@@ -37,7 +46,7 @@ class RayMetrics:
         keys = tuple(self.tags)
         self.gauges = {key: Gauge(name, description=text, tag_keys=keys)
                        for key, (name, text) in _GAUGES.items()}
-        by_name = {name: Gauge(name, description=text, tag_keys=(*keys, "memory"))
+        by_name = {name: Gauge(name, description=text, tag_keys=(*keys, "memory", "type"))
                    for name, text in _MEMORY_TEXT.items()}
         self.memory_gauges = {key: by_name[name] for key, name in _MEMORY_GAUGES.items()}
 
@@ -50,7 +59,9 @@ class RayMetrics:
             elif key.startswith("memory/"):
                 _, index, name = key.split("/", 2)
                 if name in self.memory_gauges:
-                    self.memory_gauges[name].set(value, tags={**self.tags, "memory": index})
+                    # A memory mixing types reports each type's figures under the same gauge.
+                    kind = name.split("_")[0] if "_" in name and name.split("_")[0] in _TYPES else "shard"
+                    self.memory_gauges[name].set(value, tags={**self.tags, "memory": index, "type": kind})
 
     def close(self, exit_code: int = 0) -> None:
         pass

@@ -48,6 +48,19 @@ class MLP(nn.Module):
                 x = self.activation(x)
         return x
 
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer's activations (the input where there is none)."""
+        for i in range(len(self.layers) - 1):
+            layer = self.layers[i]
+            x = self.activation(F.linear(x, layer.weight, layer.bias))
+        return x
+
+    def hidden_and_out(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the last hidden layer's activations, the output) in one pass."""
+        h = self.hidden(x)
+        last = self.layers[-1]
+        return h, F.linear(h, last.weight, last.bias)
+
 
 class ConvTorso(nn.Module):
     """Atari conv stack: Nature DQN's for 84x84 frames; for 42x42 (EasyRL's size) the small
@@ -177,23 +190,42 @@ class ActorCritic(NumpyWeights, nn.Module):
     def recurrent(self) -> bool:
         return self.core is not None
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [N, *obs_shape] -> (distribution params [N, D], value [N])."""
+    def forward(self, obs: torch.Tensor, encode: bool = False) -> tuple[torch.Tensor, ...]:
+        """obs [N, *obs_shape] -> (distribution params [N, D], value [N]), and with
+        ``encode`` the state's encoding (``encode``) from the same pass."""
         if self.core is not None:
             raise TypeError("a recurrent ActorCritic acts with step(obs, state) and learns "
                             "with unroll(obs_t, state, first_t)")
         h = self._features(obs)
-        return self._params(self.pi(h)), self.v(h).squeeze(-1)
+        if self.image:
+            out = (self._params(self.pi(h)), self.v(h).squeeze(-1))
+            return (*out, h) if encode else out
+        encoded, pi = self.pi.hidden_and_out(h)
+        out = (self._params(pi), self.v(h).squeeze(-1))
+        return (*out, encoded) if encode else out
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [N, *obs_shape] -> the policy's encoding of each state [N, F], what elite and
+        attentive replay compare (``walle_ray/buffers/ranked.py``): the conv torso's output
+        for frames, the torso before the core for a recurrent model (it needs no state), and
+        the actor MLP's last hidden layer for vectors."""
+        if self.core is not None:
+            return self._torso(obs)
+        h = self._features(obs)
+        return h if self.image else self.pi.hidden(h)
 
     def initial_state(self, batch: int, device=None) -> torch.Tensor:
         """The state at an episode's start: zeros [batch, state_size] (width 0 without a core)."""
         return torch.zeros(batch, self.state_size, device=device)
 
-    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def step(self, obs: torch.Tensor, state: torch.Tensor,
+             encode: bool = False) -> tuple[torch.Tensor, ...]:
         """One step of a recurrent policy: obs [B, *obs_shape], state [B, S] -> (params
-        [B, D], value [B], next state [B, S])."""
-        out, state = self.core(self._torso(obs), state)
-        return self._params(self.pi(out)), self.v(out).squeeze(-1), state
+        [B, D], value [B], next state [B, S]), and with ``encode`` the states' encoding."""
+        x = self._torso(obs)
+        out, state = self.core(x, state)
+        step = (self._params(self.pi(out)), self.v(out).squeeze(-1), state)
+        return (*step, x) if encode else step
 
     def unroll(self, obs_t: torch.Tensor, state: torch.Tensor,
                first_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -210,11 +242,17 @@ class ActorCritic(NumpyWeights, nn.Module):
         x = self._features(obs)
         return x if self.image else self.torso_mlp.activation(self.torso_mlp(x))
 
-    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+    def policy(self, obs: torch.Tensor, encode: bool = False):
         """Distribution params alone: for vector observations the critic MLP is not run,
         which a sampler uses to act step by step and compute the values of a whole fragment
-        in one batch afterwards (``separate_critic``)."""
-        return self._params(self.pi(self._features(obs)))
+        in one batch afterwards (``separate_critic``). With ``encode``, (params, encoding)."""
+        h = self._features(obs)
+        if not encode:
+            return self._params(self.pi(h))
+        if self.image:
+            return self._params(self.pi(h)), h
+        encoded, pi = self.pi.hidden_and_out(h)
+        return self._params(pi), encoded
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values [N] alone."""

@@ -14,6 +14,8 @@ topology options are looked up.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import yaml
@@ -56,6 +58,10 @@ def rewrite_args(args: list[str], conf_dirs: Path | list[Path]) -> list[str]:
     known = {p.stem for d in conf_dirs for p in (Path(d) / "topology").glob("*.yaml")}
     out = []
     for arg in args:
+        # A list or dict typed over several lines: Hydra's grammar has no line breaks, and
+        # in YAML's flow style a line break is a space. Other values keep theirs.
+        if "=" in arg and arg.split("=", 1)[1].lstrip().startswith(("[", "{")):
+            arg = re.sub(r"\s*\n\s*", " ", arg)
         if arg.startswith("topology="):
             values = arg.split("=", 1)[1].split(",")
             if not all(v in known for v in values):

@@ -112,7 +112,11 @@ class LocalFleet:
                             if any(getattr(m, "free_running", False) for m in self.memories) else None)
 
     def publish(self) -> None:
-        self.ps.publish(*self.learner.weights())
+        version, weights = self.learner.weights()
+        self.ps.publish(version, weights)
+        for memory in self.memories:
+            if getattr(memory, "wants_weights", False):  # it ranks rows with the current policy
+                memory.set_weights(weights, version)
 
     def pull(self, sampler) -> None:
         """Give a sampler the newest weights, if it does not have them."""
@@ -322,11 +326,12 @@ class RayFleet:
         # A synchronous iteration's memory moves fragment refs (take); an asynchronous one
         # waits for room and for batches (the back-pressure, runtime/memory_worker.py).
         host = remote.RemoteMemoryHost if self.sync else remote.RemoteAsyncMemory
+        source = () if self.sync else (self.weights_source(),)  # ranking memories pull weights
         for group in self.packing.memories:
             name = role_name("memory", group)
             actor = host.options(name=name, num_cpus=plan.memory_cpus,
                                  resources=role_resources(cfg, "memory")).remote(
-                {k: memory_spec(cfg, topo, k) for k in group})
+                {k: memory_spec(cfg, topo, k) for k in group}, *source)
             self.memories.append(actor)
             self.memory_names.append(name)
             self.memory_refs.update({k: remote.MemoryRef(actor, k) for k in group})
@@ -363,11 +368,16 @@ class RayFleet:
                 k = self.topo.memory_of_sampler(i)
                 memory = remote.MemoryRef(self.memory_names[self._memory_process(k)], k)
             slots.append(remote.SlotSpec(cls, args, kwargs, memory))
-        source = "walle/ps" if self.ps is not None else role_name("learner", self.packing.learners[0])
+        source = self.weights_source()
         return remote.RemoteSampler.options(
             name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
             resources=role_resources(self.cfg, "sampler"), runtime_env=runtime_env,
             max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None)
+
+    def weights_source(self) -> str:
+        """The name of the process that serves the newest weights: the parameter server,
+        or learner 0 where the topology has none."""
+        return "walle/ps" if self.ps is not None else role_name("learner", self.packing.learners[0])
 
     def _memory_process(self, k: int) -> int:
         return next(q for q, group in enumerate(self.packing.memories) if k in group)

@@ -148,6 +148,10 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
 # Replay-shard stats worth a metric each; counters among them also give a rate.
 _SHARD_KEYS = ("size", "fill", "mean_priority", "beta", "frames", "obs_bytes", "priority_updates")
 _SHARD_RATES = {"inserted": "inserts_per_s", "sampled": "samples_per_s"}
+# A ranking replay's stats (``<type>_<key>``, buffers/ranked.py), and its seconds spent
+# ranking, recorded as the share of the interval (``<type>_rank_share``).
+_RANKED_KEYS = ("_lambda", "_candidates", "_dist_kept", "_dist_drawn", "_ready_frac",
+                "_weights_version")
 
 
 def make_record(counters, window, iv: Interval, dt: float, steps_at_start: int, elapsed: float,
@@ -182,8 +186,12 @@ def make_record(counters, window, iv: Interval, dt: float, steps_at_start: int, 
     })
     for k, m in enumerate(memories):
         for key, value in m.items():
-            if key.endswith("_size") or key in _SHARD_KEYS:
+            if key.endswith(("_size", *_RANKED_KEYS)) or key in _SHARD_KEYS:
                 record[f"memory/{k}/{key}"] = value
+            elif key.endswith("_rank_s"):
+                name = f"memory/{k}/{key}"
+                record[f"memory/{k}/{key.removesuffix('_s')}_share"] = (value - rates.get(name, 0)) / dt
+                rates[name] = value
             elif key in _SHARD_RATES:
                 name = f"memory/{k}/{key}"
                 record[f"memory/{k}/{_SHARD_RATES[key]}"] = (value - rates.get(name, 0)) / dt

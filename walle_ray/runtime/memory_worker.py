@@ -35,18 +35,43 @@ class AsyncMemoryWorker(Placed):
     Waiting here is the back-pressure: a full queue (or a replay shard ahead of its replay
     ratio) holds its samplers, an empty one its learners. Each memory waits on its own
     condition, so a full memory never holds another's samplers.
+
+    A memory that ranks its rows with the current policy (``wants_weights``: elite and
+    attentive replay) gets the newest weights from ``weights_source`` (the parameter
+    server, or the learner that serves weights; a handle or its name) and ranks the next
+    batch on a thread as soon as it has served one, so the ranking runs while the learner
+    computes and the event loop keeps taking fragments.
     """
 
-    def __init__(self, specs: Specs):
+    def __init__(self, specs: Specs, weights_source=None):
         keep_freed_memory()
         self.memories: dict[int, Memory] = {k: cls(*args, **kwargs)
                                             for k, (cls, args, kwargs) in specs.items()}
         self.changed: dict[int, asyncio.Condition] = {}
+        self.source = weights_source
+        self.ahead: dict[int, asyncio.Task] = {}  # per ranking memory: the next batch's ranking
 
     def _condition(self, key: int) -> asyncio.Condition:
         if key not in self.changed:  # made inside the actor's event loop
             self.changed[key] = asyncio.Condition()
         return self.changed[key]
+
+    async def _pull_weights(self, key: int) -> None:
+        """The newest weights for a memory that ranks rows, when newer than its own."""
+        memory = self.memories[key]
+        if isinstance(self.source, str):
+            import ray
+
+            self.source = ray.get_actor(self.source)
+        latest = await self.source.latest.remote(memory.weights_version)
+        if latest is not None:
+            weights = await latest[1][0]
+            await asyncio.to_thread(memory.set_weights, weights, latest[0])
+
+    async def _rank_ahead(self, key: int) -> None:
+        """The newest weights, then the next batch's rows ranked on a thread (``prepare``)."""
+        await self._pull_weights(key)
+        await asyncio.to_thread(self.memories[key].prepare)
 
     async def put(self, item, key: int) -> float:
         """Store a fragment once there is room; returns the seconds spent waiting."""
@@ -59,15 +84,23 @@ class AsyncMemoryWorker(Placed):
         return time.perf_counter() - t0
 
     async def sample(self, key: int, timeout_s: float = 2.0):
-        """A batch, or None when none could be composed within ``timeout_s``."""
-        memory, cond = self.memories[key], self._condition(key)
+        """A batch, or None when none could be composed within ``timeout_s``. A memory that
+        ranks rows composes it on a thread (its buffers lock themselves against the ranking
+        ahead), then starts ranking the next one."""
+        memory = self.memories[key]
+        ranks = getattr(memory, "wants_weights", False)
+        if ranks and memory.weights_version < 0:
+            await self._pull_weights(key)
+        cond = self._condition(key)
         async with cond:
             try:
                 await asyncio.wait_for(cond.wait_for(memory.can_sample), timeout_s)
             except asyncio.TimeoutError:
                 return None
-            batch = memory.sample()
+            batch = await asyncio.to_thread(memory.sample) if ranks else memory.sample()
             cond.notify_all()
+        if ranks and (key not in self.ahead or self.ahead[key].done()):
+            self.ahead[key] = asyncio.create_task(self._rank_ahead(key))
         return batch
 
     async def feedback(self, item, key: int) -> int:

@@ -46,6 +46,7 @@ class RunTimes:
         self.previous = previous
         self.totals = new_totals()
         self.served_last: dict[int, float] = {}  # memory k's served counter at its last record
+        self.rank_last: dict[int, float] = {}  # memory k's seconds ranking at its last record
         self.started = self.ended = time.perf_counter()  # the first report, the last record
         self.last_seen: dict[int, float] = {}  # when each sampler's last report came
 
@@ -125,6 +126,11 @@ class RunTimes:
                 # A counter that went back belongs to a memory rebuilt after a failure.
                 m["served_rows"] += served - last if served >= last else served
                 self.served_last[k] = served
+            ranking = [v for key, v in stats.items() if key.endswith("_rank_s")]
+            if ranking:  # elite or attentive replay: seconds this memory spent ranking
+                rank_s, last = sum(ranking), self.rank_last.get(k, 0.0)
+                m["rank_s"] += rank_s - last if rank_s >= last else rank_s
+                self.rank_last[k] = rank_s
 
     def run_totals(self) -> dict:
         """This run's totals added to those of the run it resumed."""

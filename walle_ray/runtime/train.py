@@ -102,8 +102,11 @@ def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
         raise CheckpointError(f"the checkpoint holds {len(states)} replay shards; this topology "
                               f"has {len(fleet.memories)} memories")
     fleet.load_memory_states(states)
-    held = sum(len(state["ids"]) for state in states)
-    print(f"walle_ray: replay restored: {held} transitions in {len(states)} shard(s)", flush=True)
+    # IMPALA's mixed memories count rows (``held``), the replay shards transitions (``ids``).
+    rows = any("held" in state for state in states)
+    held = sum(int(state["held"]) if rows else len(state["ids"]) for state in states)
+    print(f"walle_ray: replay restored: {held} {'rows' if rows else 'transitions'} in "
+          f"{len(states)} memor{'ies' if len(states) > 1 else 'y'}", flush=True)
 
 
 def make_sinks(cfg: DictConfig, run_dir: Path, resumed: bool, on_ray: bool) -> Sinks:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from omegaconf import DictConfig
 
@@ -10,9 +12,11 @@ from walle_ray.algos.impala.update import IMPALAUpdate
 from walle_ray.algos.spec import (Algorithm, check_policy_spaces, configured_fragment_length,
                                   packed_as_is, require_algo)
 from walle_ray.buffers.mixed import BufferSpec, MixedMemory
+from walle_ray.buffers.ranked import DIST_FUNCTIONS
 from walle_ray.config import ConfigError
 
-REPLAY_TYPES = ("queue", "uniform")
+REPLAY_TYPES = ("queue", "uniform", "elite", "attentive")
+RANKED = ("elite", "attentive")
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> IMPALAUpdate:
@@ -20,19 +24,53 @@ def make_update(cfg: DictConfig, model, collective, device: torch.device) -> IMP
                         cfg.run.total_env_steps, device, cfg.model.burn_in)
 
 
-def buffer_specs(algo_cfg) -> list[BufferSpec]:
-    """The memory mix of each memory actor, with default capacities filled in."""
-    return [BufferSpec(type=r.type, ratio=r.ratio, capacity=r.capacity or 4 * algo_cfg.batch_size,
-                       start_rows=r.start_rows) for r in algo_cfg.replay]
+def buffer_specs(algo_cfg, anneal_rows: float = float("inf")) -> list[BufferSpec]:
+    """The memory mix of each memory actor, with default capacities filled in; a ranked
+    buffer anneals over ``anneal_rows``, the rows its memory stores in the whole run."""
+    specs = []
+    for r in algo_cfg.replay:
+        ranking = {}
+        if r.type in RANKED:
+            ranking = dict(dist_function=r.dist_function, p=float(r.p),
+                           lambda_batch_multiplier=float(r.lambda_batch_multiplier),
+                           alpha_annealing_factor=float(r.alpha_annealing_factor),
+                           anneal_rows=anneal_rows, reference_rows=int(r.reference_rows),
+                           steps=int(r.steps))
+        specs.append(BufferSpec(type=r.type, ratio=r.ratio, capacity=r.capacity or 4 * algo_cfg.batch_size,
+                                start_rows=r.start_rows, ranking=ranking))
+    return specs
 
 
 def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
-    """Memory k: the on-policy queue and replay buffers, mixed by ratio into each batch."""
-    return MixedMemory, (buffer_specs(cfg.algo), cfg.algo.batch_size, cfg.run.seed + k), {}
+    """Memory k: the on-policy queue and replay buffers, mixed by ratio into each batch;
+    with a ranked buffer, the policy it ranks with (built in the memory's process)."""
+    encoder = None
+    if ranks(cfg):
+        from walle_ray.algos.spec import role_sections
+        from walle_ray.buffers.encoder import PolicyEncoder
+
+        encoder = partial(PolicyEncoder, role_sections(cfg))
+    from walle_ray.topology import parse_topology
+
+    memories = max(1, parse_topology(cfg.topology.spec).memories)
+    anneal_rows = cfg.run.total_env_steps / (cfg.algo.fragment_length * memories)
+    return MixedMemory, (buffer_specs(cfg.algo, anneal_rows), cfg.algo.batch_size, cfg.run.seed + k,
+                         encoder), {}
+
+
+def ranks(cfg: DictConfig) -> bool:
+    """Whether a buffer of the mix ranks rows with the current policy (elite, attentive)."""
+    return any(r.type in RANKED for r in cfg.algo.replay)
+
+
+def stores_encodings(cfg: DictConfig) -> bool:
+    """Samplers keep each step's state encoding for elite replay by ln_norm or cosine."""
+    return any(r.type == "elite" and r.dist_function != "kl" for r in cfg.algo.replay)
 
 
 def check_replay(algo_cfg) -> None:
-    """Ratios sum to 1 and give whole rows of every batch; known types; one queue at most."""
+    """Ratios sum to 1 and give whole rows of every batch; known types; one queue at most;
+    ranking settings that can work."""
     replay, n = algo_cfg.replay, algo_cfg.batch_size
     if not replay:
         raise ConfigError("algo.replay: list at least one memory type, e.g. [{type: queue, ratio: 1.0}]")
@@ -51,11 +89,33 @@ def check_replay(algo_cfg) -> None:
         if r.capacity and r.capacity < round(rows):
             raise ConfigError(f"algo.replay[{i}].capacity: {r.capacity} rows cannot serve {round(rows)} "
                               "rows per batch")
+        if r.type in RANKED:
+            check_ranking(f"algo.replay[{i}]", r)
     total = sum(r.ratio for r in replay)
     if abs(total - 1.0) > 1e-6:
         raise ConfigError(f"algo.replay: the ratios sum to {total:g}; they must sum to 1")
     if sum(r.type == "queue" for r in replay) > 1:
         raise ConfigError("algo.replay: list the on-policy queue once")
+
+
+def check_ranking(where: str, r) -> None:
+    if r.dist_function not in DIST_FUNCTIONS[r.type]:
+        raise ConfigError(f"{where}.dist_function: got {r.dist_function!r}; {r.type} replay ranks "
+                          f"by {' or '.join(DIST_FUNCTIONS[r.type])}")
+    if r.lambda_batch_multiplier < 1:
+        raise ConfigError(f"{where}.lambda_batch_multiplier: got {r.lambda_batch_multiplier}; it is "
+                          "the candidates drawn per row served, at least 1 (1: uniform replay)")
+    if r.alpha_annealing_factor <= 0:
+        raise ConfigError(f"{where}.alpha_annealing_factor: got {r.alpha_annealing_factor}; must be "
+                          "positive (the multiplier falls to 1 over this many runs)")
+    if r.p <= 0:
+        raise ConfigError(f"{where}.p: got {r.p}; the order of ln_norm must be positive")
+    if r.steps < 0:
+        raise ConfigError(f"{where}.steps: got {r.steps}; the steps of each row a distance "
+                          "reads, 0 for all of them")
+    if r.type == "attentive" and r.reference_rows < 1:
+        raise ConfigError(f"{where}.reference_rows: got {r.reference_rows}; attentive replay "
+                          "needs at least one reference state")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -81,6 +141,13 @@ def validate(cfg: DictConfig) -> None:
     ]
     require_algo(checks)
     check_replay(a)
+    if cfg.model.get("_target_") and any(r.type in RANKED and r.dist_function != "kl" for r in a.replay):
+        raise ConfigError("algo.replay: ranking by ln_norm or cosine compares the built-in "
+                          "network's state encodings, which model._target_ does not define; "
+                          "use {type: elite, dist_function: kl}")
+    if cfg.memory.checkpoint and all(r.type == "queue" for r in a.replay):
+        raise ConfigError("memory.checkpoint: this memory mix holds only the on-policy queue, "
+                          "whose fragments are used once; snapshots keep replay buffers")
     # The running statistics count fresh (queue) rows only, so each row counts once.
     if not any(r.type == "queue" for r in a.replay):
         for key in ("normalize_obs", "normalize_reward"):
@@ -95,4 +162,5 @@ def validate(cfg: DictConfig) -> None:
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
                    fragment_length=configured_fragment_length, validate=validate,
                    check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True,
-                   memory_spec=memory_spec, packed_learner=packed_as_is, recurrent=True)
+                   memory_spec=memory_spec, packed_learner=packed_as_is, recurrent=True,
+                   stores_encodings=stores_encodings)

@@ -10,10 +10,19 @@ from typing import List, Optional
 class ReplaySpec:
     """One memory type in each memory actor, and its share of every learner batch."""
 
-    type: str = "queue"  # queue: on-policy FIFO, consumed once | uniform: replay buffer
+    # queue: on-policy FIFO, consumed once | uniform: replay buffer | elite, attentive:
+    # replay buffers that rank candidates with the current policy (walle_ray/buffers/ranked.py)
+    type: str = "queue"
     ratio: float = 1.0  # share of each learner batch; the ratios sum to 1
     capacity: int = 0  # rows held per memory actor; 0: 4 learner batches
     start_rows: int = 0  # rows a buffer holds before it serves batches
+    # elite and attentive only:
+    dist_function: str = "ln_norm"  # ln_norm | cosine | kl (elite: KL of the policy's outputs)
+    p: float = 2.0  # the order of ln_norm
+    lambda_batch_multiplier: float = 1.0  # candidates drawn per row served (1: uniform)
+    alpha_annealing_factor: float = 1.0  # the multiplier falls to 1 over this many runs
+    reference_rows: int = 16  # attentive: the latest rows whose last states are the reference
+    steps: int = 0  # steps of each row a distance reads, evenly spaced; 0: all (the cost: docs/replay.md)
 
 
 @dataclass
