@@ -1,6 +1,6 @@
 """ES on HalfCheetah-v5: return against wall-clock time, and how collection scales with samplers.
 
-    python benchmarks/es_halfcheetah.py [--minutes 60] [--speedup-seconds 120] [--skip-curve]
+    python benchmarks/es_halfcheetah.py [--minutes 60] [--speedup-seconds 120] [--skip-curve|--skip-speedup]
 
 - Curve: ``python -m walle_ray algo=es env=halfcheetah topology=8a1m1l`` (the preset's
   settings: 32 antithetic pairs per iteration, sigma 0.02, Adam 0.01, weight decay 0.005)
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+from pathlib import Path
 
 from common import ROOT, learning_run, run_cli, write_result
 
@@ -43,8 +44,20 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument("--speedup-seconds", type=float, default=120.0)
     p.add_argument("--skip-curve", action="store_true")
+    p.add_argument("--skip-speedup", action="store_true")
+    p.add_argument("--from-run", type=Path, help="make the curve's result from this run "
+                   "directory (e.g. one stopped by hand) instead of training")
     args = p.parse_args()
-    rates = [collection_rate(n, args.speedup_seconds) for n in (1, 2, 4, 8)]
+    if not args.skip_speedup:
+        speedup(args.speedup_seconds)
+    if not args.skip_curve:
+        learning_run("es_halfcheetah", [*BASE, "topology=8a1m1l"], target=float("inf"),
+                     minutes=args.minutes, title="ES HalfCheetah-v5 8a1m1l, 2 CPU cores",
+                     from_run=args.from_run)
+
+
+def speedup(seconds: float) -> None:
+    rates = [collection_rate(n, seconds) for n in (1, 2, 4, 8)]
     one = rates[0]["collect_env_steps_per_s"]
     cores = len(os.sched_getaffinity(0))
     for r in rates:
@@ -54,9 +67,6 @@ def main() -> None:
     for r in rates:
         print(f"{r['samplers']} samplers: {r['collect_env_steps_per_s']:.0f} env steps/s collecting, "
               f"speedup {r['speedup']:.2f} ({r['of_ideal']:.0%} of min(n, {cores} cores))", flush=True)
-    if not args.skip_curve:
-        learning_run("es_halfcheetah", [*BASE, "topology=8a1m1l"], target=float("inf"),
-                     minutes=args.minutes, title="ES HalfCheetah-v5 8a1m1l, 2 CPU cores")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,30 @@ class ActingPolicy(Protocol):
 
 
 @runtime_checkable
+class SamplerRole(Protocol):
+    """What a sampler process (``runtime/remote.py`` ``SamplerWorker``) calls a logical
+    sampler by. ``Sampler`` (``actors/sampler.py``), the one acting loop, meets it for every
+    algorithm that acts in fragments or transitions; ES's ``ESSampler`` meets it with
+    whole episodes of perturbed policies instead (``algos/es/sampler.py``)."""
+
+    index: int  # the sampler's topology index
+    version: int  # the version of the weights it holds (-1 before the first)
+    fragment_length: int  # steps per env in one call (the asynchronous loop asks ahead by it)
+
+    def set_weights(self, weights: dict, version: int) -> None:
+        """Take the learner's published weights and their version."""
+
+    def collect(self, ask_at: int = -1, ask: Any = None) -> tuple[Any, dict]:
+        """One item for the memories and the call's report: ``env_steps``,
+        ``episode_returns``, ``episode_lengths``, ``policy_version`` and the timings
+        ``env_s``, ``act_s``, ``collect_s``. ``ask()`` before step ``ask_at``: the asynchronous
+        loop's early request for newer weights."""
+
+    def close(self) -> None:
+        """Close its envs."""
+
+
+@runtime_checkable
 class Writer(Protocol):
     """How a sampler packs its steps for the memories (Acme's adders): ``FragmentWriter``
     keeps ``[T, B]`` fragments, ``TransitionWriter`` n-step transitions
