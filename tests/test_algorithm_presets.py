@@ -1,6 +1,7 @@
 """Every algo option, with each of its presets and with its own defaults, passes the checks a
 run makes before it starts, and builds the roles it names as ``topology=local`` builds them:
-one sampler fragment (or enough to fill a memory), one learner update, one evaluation action.
+one sampler fragment (or enough to fill a memory; for an offline algorithm, a batch of a
+stand-in dataset), one learner update, one evaluation action.
 
 The cases come from the files under walle_ray/conf/ when the tests are collected: a new algorithm
 folder with its walle_ray/conf/algo YAML (and any walle_ray/conf/preset/<algo>_<env>.yaml) is tested here
@@ -189,10 +190,28 @@ def check_eval_policy(algo, cfg, weights) -> None:
         env.close()
 
 
+def stand_in_dataset(where, obs_space: gym.Space, action_space: gym.Space) -> str:
+    """A Minari dataset of a few random steps in these spaces, for the offline algorithms
+    (``algo.reads_dataset``): their memories serve it in place of samplers."""
+    from walle_ray.datasets import DatasetWriter
+
+    writer = DatasetWriter(where, "walle_ray/test/stand_in-v0", obs_space, action_space, None,
+                           "a test's stand-in", "test")
+    for e in range(2):
+        obs = np.stack([obs_space.sample() for _ in range(6)])
+        writer.add(obs, np.stack([action_space.sample() for _ in range(5)]), np.ones(5), e == 0)
+    writer.flush()
+    return f"dataset.path={where}"
+
+
 @pytest.mark.parametrize("algo_option,env_option,preset", list(cases()))
-def test_preset_validates_and_builds_its_roles(algo_option, env_option, preset):
+def test_preset_validates_and_builds_its_roles(algo_option, env_option, preset, tmp_path):
     overrides = case_overrides(algo_option, env_option, preset)
     composed = make_cfg(*overrides)
+    offline = algorithm_for(composed.algo).reads_dataset
+    if offline:  # checked as named before the stand-in env's dataset is written below
+        overrides.append(f"dataset.path={tmp_path / 'data'}")
+        composed = make_cfg(*overrides)
     algo, obs_space, action_space, refused = preflight(composed)
     if refused is not None:
         # A preset names an env its algorithm must act in; without one, the default env may
@@ -203,6 +222,9 @@ def test_preset_validates_and_builds_its_roles(algo_option, env_option, preset):
         obs_space, action_space = accepted[0]
 
     small = [*overrides, *stand_in(obs_space, action_space), *shrink(composed)]
+    if offline:
+        stand_in_spaces = env_spaces(make_cfg(*small).env)
+        small.append(stand_in_dataset(tmp_path / "data", *stand_in_spaces))
     cfg = make_cfg(*small)
     assert algorithm_for(cfg.algo) is algo
     validate(cfg)  # the test's own sizes must be a valid run too
@@ -212,11 +234,14 @@ def test_preset_validates_and_builds_its_roles(algo_option, env_option, preset):
     topo = parse_topology(cfg.topology.spec)
     assert topo.local
     learner = Learner(cfg, obs_space, action_space)
-    cls, args, kwargs = algo.sampler_spec(cfg, topo, 0)
-    sampler = cls(*args, **kwargs)
+    sampler = None  # offline algorithms have none: their memory serves the dataset
+    if not offline:
+        cls, args, kwargs = algo.sampler_spec(cfg, topo, 0)
+        sampler = cls(*args, **kwargs)
     try:
         version, weights = learner.weights()
-        sampler.set_weights(weights, version)
+        if sampler is not None:
+            sampler.set_weights(weights, version)
         if algo.memory_spec is None:  # synchronous: the update takes the fragments themselves
             rollout, stats = sampler.collect()
             memory, batches, env_steps = None, [rollout], stats["env_steps"]
@@ -234,10 +259,12 @@ def test_preset_validates_and_builds_its_roles(algo_option, env_option, preset):
             assert memory is not None, "an update sent feedback but no memory served its batch"
             memory.feedback(feedback)
         new_version, new_weights = learner.weights()
-        sampler.set_weights(new_weights, new_version)  # the new weights fit the sampler's copy
+        if sampler is not None:
+            sampler.set_weights(new_weights, new_version)  # the new weights fit the sampler's copy
         check_eval_policy(algo, cfg, new_weights)
     finally:
-        sampler.close()
+        if sampler is not None:
+            sampler.close()
         learner.close()
 
 

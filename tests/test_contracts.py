@@ -37,7 +37,7 @@ def test_every_algorithms_update_is_an_update(name):
         assert update.memory_feedback() is None  # nothing before the first update
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+@pytest.mark.parametrize("name", sorted(n for n, a in ALGORITHMS.items() if not a.reads_dataset))
 def test_every_algorithms_sampler_acts_and_writes_by_the_contracts(name):
     from walle_ray.topology import parse_topology
 
@@ -58,11 +58,19 @@ def test_every_algorithms_sampler_acts_and_writes_by_the_contracts(name):
         sampler.close()
 
 
-def test_memories_are_memories_and_replay_shards_take_feedback():
+def test_memories_are_memories_and_replay_shards_take_feedback(tmp_path):
+    from walle_ray.buffers.dataset import DatasetMemory
+    from walle_ray.datasets import DatasetWriter
+
     mixed = MixedMemory([BufferSpec("queue", 1.0, 8)], batch_rows=4)
     shard = PrioritizedReplay(8, 4, learning_starts=0)
     assert isinstance(mixed, Memory) and not isinstance(mixed, FeedbackMemory)
     assert isinstance(shard, FeedbackMemory)
+    writer = DatasetWriter(tmp_path, "walle_ray/test/d-v0", OBS, SPACES[0][1], None, "test", "test")
+    writer.add(np.zeros((4, 3), np.float32), np.zeros(3, np.int64), np.ones(3), True)
+    writer.flush()
+    dataset = DatasetMemory([str(tmp_path)], 0, 1, batch_size=2, gamma=None, seed=0)
+    assert isinstance(dataset, Memory) and not isinstance(dataset, FeedbackMemory)
 
 
 @pytest.mark.parametrize("name,ok", [("dqn", True), ("td3", True), ("impala", False), ("ppo", False)])

@@ -1,6 +1,6 @@
 """walle_ray: a Ray-based actor-learner framework for reinforcement learning.
 
-The Python API (``walle_ray/api.py``): ``train``, ``load_policy``, ``evaluate``, and
+The Python API (``walle_ray/api.py``): ``train``, ``load_policy``, ``evaluate``, ``collect``, and
 ``ConfigError`` for settings that cannot work. They are imported on first use, so importing
 a part of the package (as memory processes do) loads nothing else.
 """
@@ -11,10 +11,11 @@ import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["ConfigError", "evaluate", "load_policy", "train", "__version__"]
+__all__ = ["ConfigError", "collect", "evaluate", "load_policy", "train", "__version__"]
 
 _EXPORTS = {"train": "walle_ray.api", "load_policy": "walle_ray.api",
-            "evaluate": "walle_ray.api", "ConfigError": "walle_ray.config"}
+            "evaluate": "walle_ray.api", "collect": "walle_ray.api",
+            "ConfigError": "walle_ray.config"}
 
 
 def __getattr__(name: str):

@@ -26,6 +26,11 @@ def _task(cfg: DictConfig) -> None:
         if cfg.mode == "eval":
             evaluate(cfg)
             return
+        if cfg.mode == "collect":
+            from walle_ray.runtime.collect import collect
+
+            collect(cfg)
+            return
         hydra_cfg = HydraConfig.get()
         dirs = [Path(s.path) for s in hydra_cfg.runtime.config_sources if s.schema == "file"]
         announce_preset(hydra_cfg.runtime.choices.get("preset"), dirs)

@@ -1,4 +1,5 @@
-"""The Python API: train, load a trained policy, evaluate, from a user's own code.
+"""The Python API: train, load a trained policy, evaluate, record a dataset, from a user's
+own code.
 
     import walle_ray
 
@@ -6,6 +7,7 @@
     policy = walle_ray.load_policy(result.run_dir)
     actions = policy.act(observations)           # [N, *obs_shape] -> [N, ...]
     walle_ray.evaluate(result.run_dir, episodes=10)
+    walle_ray.collect(run={"checkpoint": str(result.run_dir)}, collect={"out": "expert"})
 
 Everything heavy is imported inside the functions, so ``import walle_ray`` stays light
 (memory processes import the package without torch).
@@ -89,6 +91,19 @@ def train(overrides: Iterable[str] | None = None, *, config_dir: str | Path | No
     finally:
         if started_ray and ray.is_initialized():
             ray.shutdown()
+
+
+def collect(overrides: Iterable[str] | None = None, *, config_dir: str | Path | None = None,
+            **settings: Any) -> dict:
+    """Record episodes into a Minari dataset, as ``python -m walle_ray mode=collect
+    <overrides>`` would (README, "Learning from recorded data"), in this process, without
+    Ray: ``walle_ray.collect(run={"checkpoint": run_dir}, collect={"episodes": 50, "out":
+    "datasets/expert"})``. Returns what it wrote: ``episodes``, ``steps``, ``return_mean``,
+    ``return_std``, ``path`` (the data directory) and ``dataset_id``."""
+    from walle_ray.runtime.collect import collect as run_collect
+
+    cfg, _, _ = _compose(["mode=collect", *compose_overrides(overrides, settings)], config_dir, None)
+    return run_collect(cfg)
 
 
 def _compose(overrides: list[str], config_dir, run_dir):

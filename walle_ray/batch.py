@@ -148,6 +148,37 @@ class ReplayBatch(Transitions):
 
 
 @dataclass
+class OfflineBatch:
+    """Steps of recorded episodes a dataset memory serves (``buffers/dataset.py``): flat
+    ``[N, ...]`` arrays, rows drawn from anywhere in the dataset.
+
+    For advantage-weighted methods each row also carries its discounted return to the end of
+    its episode as recorded, ``ret = sum_{i>=t} gamma^(i-t) r_i``, and ``tail`` = gamma^(T-t)
+    when the episode was cut by a time limit at its step T (0 when it terminated), so a
+    learner completes the return with its own value of ``final_obs``, the episode's last
+    observation: ``R_t = ret + tail * V(final_obs)``. BC reads neither (None).
+    """
+
+    obs: np.ndarray  # [N, *obs_shape] observation the action was taken in
+    action: np.ndarray  # [N] int64 or [N, ...] as the dataset's action space has it
+    ret: np.ndarray | None = None  # [N] float32 discounted return to the episode's recorded end
+    tail: np.ndarray | None = None  # [N] float32 gamma^(T-t) for a truncated episode, else 0
+    final_obs: np.ndarray | None = None  # [N, *obs_shape] the last observation of the row's episode
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.obs.shape[0])
+
+    def check(self) -> None:
+        """Raise ValueError when arrays disagree on N."""
+        n = self.obs.shape[0]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value.shape[:1] != (n,):
+                raise ValueError(f"OfflineBatch.{f.name} has shape {value.shape}, expected ({n},) first")
+
+
+@dataclass
 class Priorities:
     """New priorities for transitions a learner trained on: what a DQN or DDPG update sends
     back to the replay shard that served its batch (``Update.memory_feedback``)."""

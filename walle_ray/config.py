@@ -176,6 +176,29 @@ class EvalConfig:
 
 
 @dataclass
+class DatasetConfig:
+    """Recorded episodes the offline algorithms (algo=bc, algo=marwil) learn from."""
+
+    # A Minari dataset: its directory (what mode=collect wrote, or its data/ folder), the id
+    # of one Minari holds locally (mujoco/halfcheetah/expert-v0), or a list of them read as one
+    path: Any = None
+
+
+@dataclass
+class CollectConfig:
+    """mode=collect: episodes of a checkpoint's policy (or of random actions) into a Minari
+    dataset."""
+
+    episodes: Optional[int] = None  # whole episodes to record (or collect.steps, or both:
+    steps: Optional[int] = None  # whichever comes first), stopping at an episode's end
+    out: Optional[str] = None  # the dataset directory; None: <the checkpoint's run dir>/dataset
+    deterministic: bool = False  # greedy actions (the head's mode) instead of sampled ones
+    random: bool = False  # uniform random actions on env=..., no checkpoint
+    envs: int = 4  # envs stepped as one batch
+    name: Optional[str] = None  # the dataset's Minari id; None: walle_ray/<env>/<out's name>-v0
+
+
+@dataclass
 class Config:
     """The root of every run's configuration."""
 
@@ -188,7 +211,9 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
-    mode: str = "train"  # train | eval
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    collect: CollectConfig = field(default_factory=CollectConfig)
+    mode: str = "train"  # train | eval | collect
 
 
 def env_name(env_id: str, entry_point: Optional[str] = None) -> str:
@@ -277,7 +302,8 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
     from walle_ray.models.precision import bf16_setting
     from walle_ray.topology import parse_topology
 
-    _require(cfg.mode in ("train", "eval"), "mode", f"got {cfg.mode!r}; use train or eval")
+    _require(cfg.mode in ("train", "eval", "collect"), "mode",
+             f"got {cfg.mode!r}; use train, eval or collect")
     _require(cfg.run.total_env_steps > 0, "run.total_env_steps", "must be positive")
     _require(cfg.run.max_wall_s is None or cfg.run.max_wall_s > 0, "run.max_wall_s",
              "must be positive (or null for no limit)")

@@ -74,6 +74,7 @@ class Figures:
     sync_wait_share: float = 0.0  # learners: waiting for each other
     starved: tuple[int, ...] = ()  # memories that got or served nothing while others did
     starved_unfed: tuple[int, ...] = ()  # those of them no sampler writes to
+    offline: bool = False  # no samplers: memories serve a recorded dataset (algo=bc)
 
 
 def _pct(x: float) -> str:
@@ -107,9 +108,11 @@ def _learner_advice(f: Figures) -> str:
 
 
 def classify(f: Figures) -> tuple[str, str]:
-    """The verdict (``starved``, ``learner-bound``, ``sync-bound``, ``sampler-bound`` or
-    ``balanced``) and the one line of advice, chosen from the figures alone."""
+    """The verdict (``starved``, ``learner-bound``, ``sync-bound``, ``sampler-bound``,
+    ``memory-bound`` (offline runs) or ``balanced``) and the one line of advice, chosen from the figures alone."""
     idle = f.batch_wait_share + f.sync_wait_share
+    if f.offline:
+        return _classify_offline(f)
     if f.starved and (idle >= STARVED_IDLE or f.alternating):
         k = f.starved[0]
         why = "no sampler writes to it" if k in f.starved_unfed else "it gets no fragments"
@@ -140,6 +143,22 @@ def classify(f: Figures) -> tuple[str, str]:
     return "balanced", (f"balanced: learners busy {_pct(f.busy_share)}, samplers blocked "
                         f"{_pct(f.put_wait_share)} on full memories; no role holds the others "
                         "back: scale samplers and learners together")
+
+
+def _classify_offline(f: Figures) -> tuple[str, str]:
+    """A run with no samplers: only the memories serving the dataset can hold learners back."""
+    if f.sync_wait_share >= SYNC_WAIT_BOUND:
+        return "sync-bound", (f"sync-bound: learners wait {_pct(f.sync_wait_share)} for each "
+                              "other in the all-reduce; use fewer learners")
+    if f.batch_wait_share >= BATCH_WAIT_BOUND:
+        return "memory-bound", (f"memory-bound: learners wait {_pct(f.batch_wait_share)} for "
+                                "batches of recorded steps; add memories (each serves its own "
+                                "shard of the episodes, e.g. 0a2m1l)")
+    more = ("use a Ray topology (e.g. 0a1m1l) so the memory serves while the learner computes, "
+            "and learner.num_gpus=1" if f.local else
+            "add learners (0aMmLl with M >= L), or set learner.num_gpus=1")
+    return "learner-bound", (f"learner-bound: the learners compute {_pct(f.busy_share)} of "
+                             f"their time; {more}")
 
 
 # ----------------------------------------------------------------------------- accumulating
@@ -284,7 +303,8 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
         put_wait_share=samplers["put_wait_share"],
         weights_wait_share=samplers["weights_wait_share"],
         busy_share=learners["busy_share"], batch_wait_share=learners["batch_wait_share"],
-        sync_wait_share=learners["sync_wait_share"], starved=starved, starved_unfed=unfed)
+        sync_wait_share=learners["sync_wait_share"], starved=starved, starved_unfed=unfed,
+        offline=bool(meta.get("offline")))
     verdict, advice = classify(figures)
     report = {
         "format": FORMAT_VERSION,
@@ -313,13 +333,15 @@ def summary(report: dict) -> str:
     over = f" over {run['segments']} runs" if run["segments"] > 1 else ""
     text = (f"walle_ray: where the time went ({run['algo']} {run['env']} {run['topology']}, "
             f"{run['wall_s']:.1f} s{over}): ")
-    if it is not None:
+    offline = report["figures"].get("offline", False)
+    if it is not None and not offline:
         text += (f"collecting took {_pct(it['collect_share'])} of the time and learning "
                  f"{_pct(it['learn_share'])}; ")
     who, its = _role(s["count"], "sampler")
-    text += (f"{who} spent {_pct(s['env_share'])} of {its} time in env steps, "
-             f"{_pct(s['act_share'])} in the policy's act, {_pct(s['put_wait_share'])} waiting "
-             f"on full memories and {_pct(s['weights_wait_share'])} on weights; ")
+    if not offline:
+        text += (f"{who} spent {_pct(s['env_share'])} of {its} time in env steps, "
+                 f"{_pct(s['act_share'])} in the policy's act, {_pct(s['put_wait_share'])} "
+                 f"waiting on full memories and {_pct(s['weights_wait_share'])} on weights; ")
     who, its = _role(run.get("learners"), "learner")
     others = ("" if run.get("learners") == 1
               else f" and {_pct(lr['sync_wait_share'])} for each other")
@@ -330,7 +352,10 @@ def summary(report: dict) -> str:
         text += " (" + ", ".join(f"learner-{p['shards']} computed {_pct(p['busy_share'])}, "
                                  f"waited {_pct(p['batch_wait_share'])} for batches"
                                  for p in per) + ")"
-    if run["loop"] != "sync" and any(m["records"] or m["fragments_in"] for m in report["memories"]):
+    if offline:
+        text += "; " + ", ".join(f"memory-{m['index']} served {m['served_rows']} recorded steps"
+                                 for m in report["memories"])
+    elif run["loop"] != "sync" and any(m["records"] or m["fragments_in"] for m in report["memories"]):
         text += "; " + ", ".join(_memory_phrase(m) for m in report["memories"])
     silent = report.get("silent_samplers") or {}
     if silent:

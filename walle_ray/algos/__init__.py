@@ -9,13 +9,14 @@ from omegaconf import DictConfig, OmegaConf
 from walle_ray.algos.ddpg import APEX_DDPG, DDPG, TD3
 from walle_ray.algos.dqn import APEX, DQN
 from walle_ray.algos.es import ES
+from walle_ray.algos.imitation import BC, MARWIL
 from walle_ray.algos.impala import IMPALA
 from walle_ray.algos.ppo import PPO
 from walle_ray.algos.spec import Algorithm
 from walle_ray.config import ConfigError
 
 ALGORITHMS: dict[str, Algorithm] = {algo.name: algo for algo in (PPO, IMPALA, DQN, APEX, DDPG, TD3, APEX_DDPG,
-                                                                   ES)}
+                                                                   ES, BC, MARWIL)}
 
 
 def algorithm_of(algo_section) -> Algorithm:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from walle_ray.batch import Rollout, Transitions
+from walle_ray.batch import OfflineBatch, Rollout, Transitions
 from walle_ray.contracts import Update
 from walle_ray.learners.collective import Collective, TorchCollective
 from walle_ray.runtime.allocator import keep_freed_memory
@@ -51,7 +51,8 @@ class Learner:
     def weights(self) -> tuple[int, dict[str, np.ndarray]]:
         return self.version, self.model.get_weights()
 
-    def update(self, rollouts: list[Rollout] | list[Transitions], env_steps: int) -> dict:
+    def update(self, rollouts: list[Rollout] | list[Transitions] | list[OfflineBatch],
+               env_steps: int) -> dict:
         """One algorithm update on these fragments (or replay batches); returns its metrics.
         What goes back to the memory that served them is ``memory_feedback()``."""
         for r in rollouts:
@@ -59,7 +60,9 @@ class Learner:
         self.model.train()
         metrics = self.update_rule.update(rollouts, env_steps)
         self.version += 1
-        lags = np.concatenate([self.version - 1 - r.version_b for r in rollouts])
+        # Recorded data (``OfflineBatch``) was acted by no version of these weights: no lag.
+        lags = np.concatenate([self.version - 1 - r.version_b for r in rollouts
+                               if getattr(r, "version_b", None) is not None] or [np.zeros(1)])
         # sync_wait_s: time in the all-reduces since the last update, the caller's (a train
         # call's "has every learner a batch?") included, so the bottleneck report sees it all.
         metrics.update(version=self.version, policy_lag_mean=float(lags.mean()),

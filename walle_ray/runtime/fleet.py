@@ -99,8 +99,9 @@ class LocalFleet:
         algo = algorithm_for(cfg.algo)
         self.sync = algo.loop == "sync"
         self.topo = topo
+        self.offline = algo.reads_dataset  # topology=local: its one sampler is not made
         self.samplers = [RestartingSampler(*algo.sampler_spec(cfg, topo, i))
-                         for i in range(topo.samplers)]
+                         for i in range(0 if self.offline else topo.samplers)]
         self.faults = new_faults()
         self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
         self.ps = ParameterServer()
@@ -315,6 +316,7 @@ class RayFleet:
         self.cfg, self.topo, self.plan, self.timeout_s = cfg, topo, plan, timeout_s
         self.packing = packing or plan_packing(topo, plan.cluster_cpus, "off")
         self.sync = algorithm_for(cfg.algo).loop == "sync"
+        self.offline = algorithm_for(cfg.algo).reads_dataset
         self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
         self.faults = new_faults()
         self.learners = make_learners(cfg, self.packing, obs_space, action_space, plan, timeout_s)

@@ -2,6 +2,9 @@
 metrics record, and pass it through the periodic hooks (evaluation, the report to the sinks
 and the progress line, a checkpoint), each of which acts when its interval comes.
 
+An offline fleet (no samplers; ``algo=bc``) counts the recorded steps its learners took
+as the run's env steps, so budgets, evaluation and checkpoints keep their meaning.
+
 A synchronous fleet's step is one iteration (collect, then learn) and gets a record of its
 own, with WALL-E's collection vs learning split; an asynchronous fleet's steps are polls,
 summed into a record every ``run.report_every_s``.
@@ -100,6 +103,7 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
     for key in ("env_steps_consumed", "updates", "dropped_fragments"):
         counters.setdefault(key, 0)
     fleet.start()
+    offline = getattr(fleet, "offline", False)
     interval, last = Interval(), time.perf_counter()
     rates: dict[str, float] = {}  # memory counters at the last record, for their rates
 
@@ -132,6 +136,9 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
             counters["env_steps"] += r["env_steps"]
             counters["dropped_fragments"] += r.get("dropped", 0)
         for m in step.learned:
+            if offline:  # no samplers: the run's env steps are the recorded ones learned from
+                counters["env_steps"] += m["env_steps_consumed"]
+                interval.steps += m["env_steps_consumed"]
             if "first_update_at" in m:  # when it happened, not when its call reported it
                 counters.setdefault("first_update_at", m.pop("first_update_at"))
             times.add_learner(m)  # first: the interval pops the counters it sums
@@ -145,8 +152,9 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
     return reason
 
 
-# Replay-shard stats worth a metric each; counters among them also give a rate.
-_SHARD_KEYS = ("size", "fill", "mean_priority", "beta", "frames", "obs_bytes", "priority_updates")
+# Replay-shard and dataset stats worth a metric each; counters among them also give a rate.
+_SHARD_KEYS = ("size", "fill", "mean_priority", "beta", "frames", "obs_bytes", "priority_updates",
+               "epochs", "dataset_episodes")
 _SHARD_RATES = {"inserted": "inserts_per_s", "sampled": "samples_per_s"}
 # A ranking replay's stats (``<type>_<key>``, buffers/ranked.py), and its seconds spent
 # ranking, recorded as the share of the interval (``<type>_rank_share``).

@@ -58,8 +58,11 @@ class RunTimes:
 
         feeders = [sum(topo.memory_of_sampler(i) == k for i in range(topo.samplers))
                    for k in range(topo.memories)]
+        algo = algorithm_for(cfg.algo)
+        if algo.reads_dataset:  # no samplers, whatever the topology says (topology=local)
+            feeders = [0] * topo.memories
         meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
-                "loop": algorithm_for(cfg.algo).loop, "local": bool(topo.local),
+                "loop": algo.loop, "local": bool(topo.local), "offline": algo.reads_dataset,
                 "learners": topo.learners, "feeders": feeders,
                 "gpu": not topo.local and cfg.learner.num_gpus > 0}
         previous = None

@@ -15,6 +15,7 @@ from ray.exceptions import RayError
 
 from walle_ray.algos import algorithm_for
 from walle_ray.config import ConfigError, to_container, validate
+from walle_ray.datasets import check_datasets, dataset_paths
 from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
 from walle_ray.models.precision import describe as describe_bf16
@@ -145,13 +146,15 @@ class Evaluation:
 
     With ``eval.video`` each evaluation's episodes are kept as
     ``<eval.video_dir or run dir/videos>/<env_steps>/episode-NNN.mp4`` and handed to
-    ``media`` (``Sinks.media``) as the videos ``eval/video``."""
+    ``media`` (``Sinks.media``) as the videos ``eval/video``. A run with no samplers
+    (``algo=bc``) passes its ``window``: its episodes are these, so the run's return, the
+    progress line and ``run.stop_at_return`` read the evaluations."""
 
     def __init__(self, cfg: DictConfig, fleet: Callable, run_dir: Path,
-                 media: Callable | None = None):
+                 media: Callable | None = None, window: ReturnWindow | None = None):
         from walle_ray.runtime.evaluate import Evaluator
 
-        self.cfg, self.fleet, self.media = cfg, fleet, media
+        self.cfg, self.fleet, self.media, self.window = cfg, fleet, media, window
         self.video_dir = Path(cfg.eval.video_dir or run_dir / "videos") if cfg.eval.video else None
         self.evaluator = Evaluator(cfg, seed=cfg.run.seed + 10_000,
                                    deterministic=cfg.eval.deterministic, video_dir=self.video_dir)
@@ -160,13 +163,17 @@ class Evaluation:
         state = self.fleet().learner_state()
         weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
         result = self.evaluator.run(weights, int(state["version"]), self.cfg.eval.episodes)
+        out = {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
+        if self.window is not None:  # the run's return is this evaluation's, in this record too
+            self.window.add(result["returns"], result["lengths"])
+            out.update({"return": self.window.mean, "episode_length": self.window.mean_length})
         if self.video_dir is not None:  # the Evaluator rewrites its files each run: move them on
             kept = self.video_dir / str(record["env_steps"])
             kept.mkdir(parents=True, exist_ok=True)
             videos = [Path(p).replace(kept / Path(p).name) for p in result["videos"]]
             if self.media is not None:
                 self.media(record["env_steps"], videos={"eval/video": videos})
-        return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
+        return out
 
     def close(self) -> None:
         self.evaluator.close()
@@ -194,6 +201,20 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     check_user_model(algo, obs_space, action_space, cfg)  # model._target_: one build, one forward
     check_samplers(topo, cfg.algo.name, algo.reads_dataset)
     algo.validate(cfg)
+    offline = algo.reads_dataset
+    # Offline runs evaluate 20 times over the budget unless told otherwise: evaluation is
+    # their only measure of the policy.
+    eval_every = cfg.eval.every_env_steps or (max(1, cfg.run.total_env_steps // 20) if offline
+                                              else None)
+    if offline:
+        datasets = check_datasets(dataset_paths(cfg.dataset.path), obs_space, action_space,
+                                  cfg.env.id, topo.memories)
+        print(f"walle_ray: dataset: {sum(d.episodes for d in datasets)} episodes, "
+              f"{sum(d.steps for d in datasets)} steps from "
+              f"{', '.join(str(d.path) for d in datasets)}", flush=True)
+        # Memories may run in another directory or on another node: they get the data
+        # directories as found here, absolute.
+        cfg.dataset.path = [str(d.path) for d in datasets]
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = None
@@ -223,8 +244,11 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
                   f"iteration {counters['iterations']}", flush=True)
         metrics = make_sinks(cfg, run_dir, resumed=ckpt is not None, on_ray=not topo.local)
-        evaluation = (Evaluation(cfg, lambda: fleet, run_dir, metrics.media)
-                      if cfg.eval.every_env_steps else None)
+        # A run with no samplers sees episodes only in evaluation: the window holds one's.
+        window = ReturnWindow(cfg.eval.episodes if offline else cfg.run.return_window,
+                              counters.get("recent_returns"))
+        evaluation = (Evaluation(cfg, lambda: fleet, run_dir, metrics.media,
+                                 window if offline else None) if eval_every else None)
         if evaluation is not None:
             metrics.also_close.append(evaluation)
     except BaseException:
@@ -233,7 +257,6 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # once the run has passed its checks
     if overrides is not None:
         (run_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
-    window = ReturnWindow(cfg.run.return_window, counters.get("recent_returns"))
     progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
     state = {"counters": counters, "last_saved_iteration": counters["iterations"], "record": {}}
 
@@ -274,7 +297,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             metrics.write(record)
             progress.update(record)
 
-        hooks = [Periodic("env_steps", cfg.eval.every_env_steps, evaluation,
+        hooks = [Periodic("env_steps", eval_every, evaluation,
                           counters["env_steps"])] if evaluation else []
         hooks += [Footprint(lambda: fleet, counters),
                   Periodic("iteration", 1, report, counters["iterations"]),
@@ -305,5 +328,6 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             fleet.shutdown()
     times.finish(run_dir, counters)  # the bottleneck report: report.json and its paragraph
     print(f"walle_ray: {label}: stopped ({stopped_by}) at {counters['env_steps']} env steps; "
-          f"return {window.mean:.2f}; results in {run_dir.resolve()}", flush=True)
+          f"{'evaluation ' if offline else ''}return {window.mean:.2f}; results in "
+          f"{run_dir.resolve()}", flush=True)
     return RunResult(run_dir, counters, stopped_by, signals.exit_code, dict(state["record"]))
