@@ -1,19 +1,23 @@
 """Imitation on HalfCheetah-v5: BC from an expert's recorded episodes, and MARWIL against BC
 on a dataset that is half expert, half random.
 
-    python benchmarks/imitation_halfcheetah.py [--expert PATH] [--steps 1000000] [--budget 10000000]
+    python benchmarks/imitation_halfcheetah.py [--expert PATH] [--steps 1000000] [--budget 10000000] [--reuse]
 
 1. The expert is the committed PPO policy ``benchmarks/policies/ppo_halfcheetah_fast.pt``
    (``preset=ppo_halfcheetah_fast``, 1M env steps); its greedy return over 10 episodes is
    the reference.
 2. ``mode=collect`` records ``--steps`` env steps of it (its sampled actions) as two
    datasets of half each, and ``collect.random=true`` half as many of uniform random actions.
+   A third half records the expert with each action replaced by a random one with
+   probability 0.5 (``collect.random_prob=0.5``): the same states carry both kinds of action.
 3. ``algo=bc topology=0a1m1l`` learns from both expert halves (``--steps`` in all); then BC
    and ``algo=marwil`` learn from one expert half plus the random one (``dataset.path`` a
-   list), each for ``--budget`` recorded steps, evaluated (5 greedy episodes) 20 times.
+   list; "mixed", half the episodes each), and from the noisy expert ("noisy", half the
+   steps each), each for ``--budget`` recorded steps, evaluated (5 greedy episodes) 20 times.
 
 The score of a run is the mean of its last three evaluations. Targets: BC on the expert's
-data reaches at least 90% of the expert's greedy return; MARWIL beats BC on the mixed data.
+data reaches at least 90% of the expert's greedy return; MARWIL beats BC on the mixed data
+(and on the noisy data).
 Writes benchmarks/results/imitation_halfcheetah.json and .png.
 """
 
@@ -50,17 +54,25 @@ def dataset_returns(path: Path) -> dict:
             "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns))}
 
 
-def offline_run(name: str, algo: str, paths: list[Path], budget: int) -> dict:
+def offline_run(name: str, algo: str, paths: list[Path], budget: int, reuse: bool) -> dict:
+    """One offline run, or with ``reuse`` the finished run of the same name, if there is one."""
+    from walle_ray.logging.metrics import read_metrics
+
     run_dir = ROOT / "runs" / f"bench_imitation_{name}"
-    shutil.rmtree(run_dir, ignore_errors=True)
     listed = "[" + ",".join(str(p) for p in paths) + "]"
     overrides = [f"algo={algo}", "env=halfcheetah", "topology=0a1m1l", f"dataset.path={listed}",
                  f"run.total_env_steps={budget}", "eval.episodes=5", "run.report_every_s=10"]
-    records, wall = run_cli(overrides, run_dir, timeout_s=7200)
+    wall = None  # the process's wall time, when this invocation ran it
+    if reuse and (run_dir / "checkpoints" / "last.pt").is_file():
+        records = read_metrics(run_dir / "metrics.jsonl")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        records, wall = run_cli(overrides, run_dir, timeout_s=7200)
     evals = [(r["env_steps"], r["eval/return"]) for r in records if "eval/return" in r]
     last = [ret for _, ret in evals[-3:]]
     return {"name": name, "algo": algo, "datasets": [str(p) for p in paths],
-            "command": "python -m walle_ray " + " ".join(overrides), "wall_s": wall,
+            "command": "python -m walle_ray " + " ".join(overrides),
+            "wall_s_training": records[-1]["wall_s"], "wall_s_process": wall,
             "updates": records[-1]["updates"], "evaluations": [{"env_steps": s, "return": r}
                                                                for s, r in evals],
             "score": sum(last) / len(last), "best": max(r for _, r in evals)}
@@ -71,25 +83,31 @@ def main() -> None:
     p.add_argument("--expert", type=Path, default=EXPERT)
     p.add_argument("--steps", type=int, default=1_000_000, help="expert env steps recorded")
     p.add_argument("--budget", type=int, default=10_000_000, help="recorded steps each run learns from")
-    p.add_argument("--skip-collect", action="store_true", help="reuse the datasets of a previous run")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse the datasets and the finished runs of a previous invocation")
     args = p.parse_args()
 
     from walle_ray.runtime.evaluate import evaluate_checkpoint
 
     expert = evaluate_checkpoint(args.expert, 10, seed=12345)
     half = args.steps // 2
-    parts = {"expert_a": DATA / "expert_a", "expert_b": DATA / "expert_b", "random": DATA / "random"}
-    if not args.skip_collect:
-        for key in ("expert_a", "expert_b"):
-            seed = 1 if key == "expert_a" else 2
-            collect([f"run.checkpoint={args.expert}", f"collect.steps={half}", "collect.episodes=null",
-                     f"run.seed={seed}"], parts[key])
-        collect(["env=halfcheetah", "collect.random=true", f"collect.steps={half}",
-                 "collect.episodes=null"], parts["random"])
+    parts = {"expert_a": DATA / "expert_a", "expert_b": DATA / "expert_b", "random": DATA / "random",
+             "noisy": DATA / "noisy"}
+    makes = {"expert_a": [f"run.checkpoint={args.expert}", "run.seed=1"],
+             "expert_b": [f"run.checkpoint={args.expert}", "run.seed=2"],
+             "random": ["env=halfcheetah", "collect.random=true"],
+             "noisy": [f"run.checkpoint={args.expert}", "run.seed=3", "collect.random_prob=0.5"]}
+    for key, path in parts.items():
+        if not (args.reuse and (path / "data" / "metadata.json").is_file()):
+            collect([*makes[key], f"collect.steps={half}", "collect.episodes=null"], path)
     data = {key: dataset_returns(path) for key, path in parts.items()}
-    runs = [offline_run("bc_expert", "bc", [parts["expert_a"], parts["expert_b"]], args.budget),
-            offline_run("bc_mixed", "bc", [parts["expert_a"], parts["random"]], args.budget),
-            offline_run("marwil_mixed", "marwil", [parts["expert_a"], parts["random"]], args.budget)]
+    runs = [offline_run("bc_expert", "bc", [parts["expert_a"], parts["expert_b"]], args.budget,
+                        args.reuse),
+            offline_run("bc_mixed", "bc", [parts["expert_a"], parts["random"]], args.budget, args.reuse),
+            offline_run("marwil_mixed", "marwil", [parts["expert_a"], parts["random"]], args.budget,
+                        args.reuse),
+            offline_run("bc_noisy", "bc", [parts["noisy"]], args.budget, args.reuse),
+            offline_run("marwil_noisy", "marwil", [parts["noisy"]], args.budget, args.reuse)]
     by = {r["name"]: r for r in runs}
     result = {
         "expert": {"checkpoint": str(args.expert.relative_to(ROOT)) if args.expert.is_relative_to(ROOT)
@@ -98,12 +116,14 @@ def main() -> None:
         "datasets": data, "runs": runs,
         "bc_of_expert": by["bc_expert"]["score"] / expert["return_mean"],
         "targets": {"bc_at_least_0.9_of_expert": by["bc_expert"]["score"] >= 0.9 * expert["return_mean"],
-                    "marwil_beats_bc_on_mixed": by["marwil_mixed"]["score"] > by["bc_mixed"]["score"]},
+                    "marwil_beats_bc_on_mixed": by["marwil_mixed"]["score"] > by["bc_mixed"]["score"],
+                    "marwil_beats_bc_on_noisy": by["marwil_noisy"]["score"] > by["bc_noisy"]["score"]},
     }
     write_result("imitation_halfcheetah", result)
     plot(result)
     for r in runs:
-        print(f"{r['name']}: score {r['score']:.0f} (best {r['best']:.0f}) in {r['wall_s']:.0f} s")
+        print(f"{r['name']}: score {r['score']:.0f} (best {r['best']:.0f}) in "
+              f"{r['wall_s_training']:.0f} s of training")
     print(f"expert greedy {expert['return_mean']:.0f}; BC of expert {result['bc_of_expert']:.2f}; "
           f"targets {result['targets']}")
 

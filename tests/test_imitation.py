@@ -148,6 +148,22 @@ def test_recorded_actions_are_the_envs_and_the_memory_gives_the_heads_their_indi
     np.testing.assert_array_equal(env_actions(np.array([[3.0, -0.5]]), box), [[1.0, -0.5]])
 
 
+def test_a_noisy_expert_takes_a_random_action_with_the_given_probability():
+    from walle_ray.runtime.collect import EpsilonMix, RandomPolicy
+
+    class Zero:
+        def act(self, obs):
+            return np.zeros(len(obs), np.int64)
+
+    space = gym.spaces.Discrete(5)
+    obs = np.zeros((4000, 1))
+    never = EpsilonMix(Zero(), RandomPolicy(space, 0), 0.0, 0).act(obs)
+    half = EpsilonMix(Zero(), RandomPolicy(space, 0), 0.5, 0).act(obs)
+    assert not never.any()
+    # a random action is 0 one time in 5: 0.5 * 4 / 5 of the actions are not 0
+    assert abs((half != 0).mean() - 0.4) < 0.03
+
+
 def test_dataset_memories_shard_whole_episodes_and_serve_each_step_once_per_epoch(tmp_path):
     path = _write(tmp_path / "d", [4, 3, 5, 2], [True] * 4)
     shards = [DatasetMemory([str(path)], k, 2, batch_size=3, gamma=None, seed=1) for k in range(2)]

@@ -194,6 +194,7 @@ class CollectConfig:
     out: Optional[str] = None  # the dataset directory; None: <the checkpoint's run dir>/dataset
     deterministic: bool = False  # greedy actions (the head's mode) instead of sampled ones
     random: bool = False  # uniform random actions on env=..., no checkpoint
+    random_prob: float = 0.0  # each of the checkpoint's actions is a random one with this probability
     envs: int = 4  # envs stepped as one batch
     name: Optional[str] = None  # the dataset's Minari id; None: walle_ray/<env>/<out's name>-v0
 

@@ -34,6 +34,23 @@ class RandomPolicy:
         return np.stack([self.space.sample() for _ in range(len(obs))]) - self.start
 
 
+class EpsilonMix:
+    """A policy whose every action is replaced, with probability ``p`` per env and step, by
+    a random policy's (a noisy-expert dataset)."""
+
+    def __init__(self, policy, random: RandomPolicy, p: float, seed: int):
+        self.policy, self.random, self.p = policy, random, p
+        self.rng = np.random.default_rng([seed, 7])
+        self.reset = getattr(policy, "reset", None)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        action = np.array(self.policy.act(obs))  # a recurrent policy's state still steps
+        swap = self.rng.random(len(obs)) < self.p
+        if swap.any():
+            action[swap] = self.random.act(obs[swap]).astype(action.dtype)
+        return action
+
+
 def env_actions(action: np.ndarray, space: gym.Space) -> np.ndarray:
     """What the env was given for a policy's ``action``, as the dataset stores it: a Box's
     clipped to its bounds, a Discrete or MultiDiscrete one shifted by the space's start
@@ -55,6 +72,11 @@ def _check(c) -> None:
             raise ConfigError(f"collect.{key}: must be positive (or null)")
     if c.envs <= 0:
         raise ConfigError("collect.envs: must be positive")
+    if not 0 <= c.random_prob <= 1:
+        raise ConfigError("collect.random_prob: is a probability; use a value in [0, 1]")
+    if c.random_prob > 0 and c.random:
+        raise ConfigError("collect.random_prob: mixes random actions into a checkpoint's; with "
+                          "collect.random=true every action is random already")
 
 
 def _policy_and_env(cfg: DictConfig):
@@ -119,10 +141,14 @@ def collect(cfg: DictConfig) -> dict:
         seed = int(cfg.run.seed)
         policy = (RandomPolicy(action_space, seed) if make_policy is None
                   else make_policy(obs_space, action_space, seed))
+        if c.random_prob > 0 and make_policy is not None:
+            policy = EpsilonMix(policy, RandomPolicy(action_space, seed + 1), c.random_prob, seed)
         name = c.name or f"walle_ray/{env_name(env_cfg.id, env_cfg.entry_point)}/" \
                          f"{re.sub(r'[^0-9a-z_]+', '_', out.resolve().name.lower()).strip('_') or 'dataset'}-v0"
         how = "random actions" if make_policy is None else (
             "greedy actions" if c.deterministic else "sampled actions")
+        if isinstance(policy, EpsilonMix):
+            how += f", each replaced by a random one with probability {c.random_prob:g}"
         writer = DatasetWriter(out, name, obs_space, action_space, _env_spec(env_cfg),
                                f"{source}, {how}, on {env_cfg.id}", source)
         result = _record(env, policy, writer, c, seed)
