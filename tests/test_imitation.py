@@ -258,6 +258,22 @@ def test_bad_datasets_and_topologies_get_one_line(tmp_path):
         assert message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr[-500:])
 
 
+def test_an_offline_run_resumes_where_it_stopped_and_evaluates_as_it_goes(tmp_path):
+    data = _write(tmp_path / "d", [20, 30, 25], [True, False, True])
+    run = tmp_path / "run"
+    common = ["algo=marwil", "env=cartpole", "topology=local", f"dataset.path={data}",
+              "eval.every_env_steps=2048", "eval.episodes=2", "run.report_every_s=0.2",
+              "algo.updates_per_call=1"]
+    first = run_cli(*common, "run.total_env_steps=4096", f"hydra.run.dir={run}").stdout
+    assert "stopped (budget) at 4096 env steps; evaluation return" in first
+    run_cli(*common, "run.total_env_steps=8192", f"run.resume={run}")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["env_steps"] for r in records]
+    assert steps == sorted(steps) and 4096 in steps and steps[-1] == 8192
+    evals = [r for r in records if "eval/return" in r]
+    assert len(evals) >= 2 and all(r["return"] == r["eval/return"] for r in evals)
+
+
 @pytest.mark.slow
 def test_collect_then_bc_reaches_475_on_cartpole(tmp_path):
     """A PPO expert, 20 greedy episodes of it as a Minari dataset, then BC through Ray with
