@@ -117,7 +117,7 @@ def learning_run(name: str, overrides: list[str], target: float, minutes: float,
         "agent_steps_to_target": reached["env_steps"] if reached else None,
         "best_return": best, "final_return": last["return"],
         "agent_steps": last["env_steps"], "wall_s_training": last["wall_s"],
-        "wall_s_total_process": wall, "updates": last["updates"],
+        "wall_s_total_process": wall, "updates": last.get("updates", last["iteration"]),
         "agent_steps_per_s": last["env_steps"] / last["wall_s"],
         "curve": [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "return": r["return"]}
                   for r in records],
