@@ -67,9 +67,10 @@ def trainer(size: int, batch: int, way: str):
     return step
 
 
-def ppo_mlp_update():
+def ppo_mlp_update(compiled: bool = False):
     """One PPO iteration per call on the HalfCheetah preset's batch (17 observations, 6
-    actions, 8 envs x 64 steps); returns its gradient steps."""
+    actions, 8 envs x 64 steps), eager or with ``algo.compile=true``; returns its gradient
+    steps."""
     from hydra import compose, initialize_config_dir
 
     from walle_ray.algos import algorithm_for
@@ -79,7 +80,8 @@ def ppo_mlp_update():
 
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=["algo=ppo", "env=halfcheetah", "preset=ppo_halfcheetah"])
+        cfg = compose("config", overrides=["algo=ppo", "env=halfcheetah", "preset=ppo_halfcheetah",
+                                               f"algo.compile={str(compiled).lower()}"])
     torch.manual_seed(0)
     obs_space = gym.spaces.Box(-np.inf, np.inf, (17,), np.float32)
     action_space = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
@@ -146,11 +148,20 @@ def main() -> None:
         result["speedup_over_nchw"][f"{size}x{size}"] = {w: best[w] / best["nchw"] for w in ways}
         print(size, {w: round(v) for w, v in best.items()}, flush=True)
     if "ppo_mlp" in rows:
-        iteration = ppo_mlp_update()
-        best = max(grad_steps_per_s(iteration, args.seconds) for _ in range(3))
-        result["ppo_mlp"] = {"preset": "ppo_halfcheetah", "grad_steps_per_s": best,
-                             "samples_per_s": best * 64}
-        print("ppo_mlp", round(best), "gradient steps/s", flush=True)
+        result["ppo_mlp"] = {"preset": "ppo_halfcheetah"}
+        for compiled in (False, True):
+            t0 = time.perf_counter()
+            iteration = ppo_mlp_update(compiled)
+            iteration()  # the first update compiles
+            first_s = time.perf_counter() - t0
+            best = max(grad_steps_per_s(iteration, args.seconds) for _ in range(3))
+            way = "compiled" if compiled else "eager"
+            result["ppo_mlp"][way] = {"grad_steps_per_s": best, "samples_per_s": best * 64,
+                                      "first_update_s": first_s}
+            print("ppo_mlp", way, round(best), "gradient steps/s, first update",
+                  f"{first_s:.1f} s", flush=True)
+        result["ppo_mlp"]["compiled_speedup"] = (result["ppo_mlp"]["compiled"]["grad_steps_per_s"]
+                                                 / result["ppo_mlp"]["eager"]["grad_steps_per_s"])
     write_result(args.name, result, args.dry_run)
 
 

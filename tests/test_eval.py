@@ -121,7 +121,8 @@ def test_atari_videos_show_the_agents_view_and_are_rewritten_each_run(tmp_path_f
 @pytest.fixture(scope="module")
 def ppo_halfcheetah(tmp_path_factory):
     return trained_run(tmp_path_factory, "ppo_halfcheetah", "env=halfcheetah", *TINY_PPO,
-                       "env.max_episode_steps=20", "algo.batch_size=64", "run.total_env_steps=64")
+                       "env.max_episode_steps=20", "algo.batch_size=64", "run.total_env_steps=64",
+                       "algo.compile=false")  # its preset compiles; one update does not pay
 
 
 def test_mujoco_evaluates_without_video(ppo_halfcheetah):

@@ -59,3 +59,55 @@ def test_kl_penalty_adapts_beta_to_the_kl_after_the_epochs(monkeypatch):
     assert after > 1e-4  # the policy moved
     assert seen == [pytest.approx(after, rel=1e-5)]
     assert metrics["kl_after"] == pytest.approx(after, rel=1e-5)
+
+
+def test_compiled_update_takes_the_eager_steps():
+    """algo.compile=true changes how the minibatch's forward and loss run, not what they
+    compute: from the same weights and batch both end at the same weights. (The KL-penalty
+    objective: its coefficient is an input of the compiled function; the presets' test
+    compiles the clipped one.)"""
+    cfg = make_cfg("algo=ppo_kl", "algo.minibatch_size=16", "algo.epochs=2", "algo.lr=3e-3")
+    torch.manual_seed(0)
+    model = make_actor_critic(OBS, ACT, cfg.model)
+    fragment = batch(model)
+    ends = {}
+    for compiled in (False, True):
+        cfg.algo.compile = compiled
+        net = copy.deepcopy(model)
+        update = PPOUpdate(cfg.algo, net, Collective(), False, cfg.run.total_env_steps,
+                           torch.device("cpu"))
+        torch.manual_seed(1)  # the same minibatch order
+        metrics = update.update([fragment], env_steps=0)
+        assert (update.compiled is not None) == compiled  # it compiled, not fell back
+        ends[compiled] = (torch.cat([p.detach().flatten() for p in net.parameters()]), metrics)
+    (eager, m_eager), (comp, m_comp) = ends[False], ends[True]
+    assert not torch.allclose(eager, torch.cat([p.flatten() for p in model.parameters()]))
+    assert torch.allclose(eager, comp, atol=1e-5)
+    assert m_comp["policy_loss"] == pytest.approx(m_eager["policy_loss"], abs=1e-5)
+
+
+def test_a_failed_compile_goes_on_eager(capsys):
+    cfg = make_cfg("algo=ppo", "algo.minibatch_size=16", "algo.epochs=1", "algo.compile=true")
+    torch.manual_seed(0)
+    model = make_actor_critic(OBS, ACT, cfg.model)
+    update = PPOUpdate(cfg.algo, model, Collective(), False, cfg.run.total_env_steps,
+                       torch.device("cpu"))
+
+    def no_compiler(*args):
+        raise RuntimeError("no C++ compiler found\nmore detail")
+
+    update.compiled = no_compiler
+    metrics = update.update([batch(model)], env_steps=0)
+    assert update.compiled is None and metrics["grad_steps"] == 4
+    err = capsys.readouterr().err
+    assert "torch.compile failed (RuntimeError: no C++ compiler found)" in err
+    assert "algo.compile=false" in err and err.count("\n") == 1
+
+
+def test_compile_refuses_a_recurrent_core():
+    from walle_ray.algos import algorithm_for
+    from walle_ray.config import ConfigError
+
+    cfg = make_cfg("algo=ppo", "algo.compile=true", "model.core=lstm")
+    with pytest.raises(ConfigError, match="algo.compile=true .* model.core=lstm"):
+        algorithm_for(cfg.algo).validate(cfg)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from walle_ray.algos.ppo.config import PPOConfig
 from walle_ray.algos.ppo.update import PPOUpdate
 from walle_ray.algos.spec import Algorithm, check_policy_spaces, require_algo
+from walle_ray.config import ConfigError
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> PPOUpdate:
@@ -51,6 +52,9 @@ def validate(cfg: DictConfig) -> None:
         (a.kl_early_stop > 1, "kl_early_stop", "must be above 1 (a multiple of kl_target)"),
     ]
     require_algo(checks)
+    if a.compile and cfg.model.core:
+        raise ConfigError("algo.compile=true compiles a feed-forward model's step; with "
+                          f"model.core={cfg.model.core} set algo.compile=false")
 
 
 PPO = Algorithm(name="ppo", config_cls=PPOConfig, loop="sync", make_update=make_update,

@@ -30,3 +30,6 @@ class PPOConfig:
     kl_beta_init: float = 1.0  # objective=kl_penalty: initial penalty coefficient
     kl_early_stop: float = 4.0  # objective=kl_penalty: stop the epochs when KL > this x kl_target
     overlap: bool = False  # collect the next batch while the learner updates (policy lag 1)
+    # torch.compile each minibatch's forward pass and loss: seconds of compiling at the first
+    # update for cheaper gradient steps after (docs/performance.md, "Compiling PPO's step")
+    compile: bool = False

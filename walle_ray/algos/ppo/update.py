@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -28,6 +30,9 @@ class PPOUpdate(UpdateRule):
         # arithmetic on a small MLP (docs/performance.md, "PPO's learner step").
         self.cfg = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
         self.beta = cfg.kl_beta_init
+        # algo.compile: one torch.compile'd function for a minibatch's forward pass and loss
+        # (feed-forward models; ``validate`` refuses a recurrent core), eager until it compiles.
+        self.compiled = torch.compile(self._forward_loss, dynamic=False) if cfg.compile else None
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg = self.cfg
@@ -65,6 +70,7 @@ class PPOUpdate(UpdateRule):
         per_epoch = max(1, n // max(1, cfg.minibatch_size // unit))
         per_epoch = int(self.collective.all_reduce_min(torch.tensor([per_epoch]))[0])
         mb = n // per_epoch
+        beta = torch.tensor(self.beta)  # a tensor, so a compiled loss does not specialise on it
         sums: dict[str, float] = {}
         steps = 0
         epochs_done = 0
@@ -73,9 +79,8 @@ class PPOUpdate(UpdateRule):
             epoch_kl = []
             for start in range(0, per_epoch * mb, mb):
                 idx = perm[start:start + mb]
-                terms = self._step(*forward(idx), pick(actions, idx), pick(old_logp, idx),
-                                   pick(old_dist, idx), pick(old_v, idx), pick(adv, idx),
-                                   pick(target, idx))
+                rows = [pick(x, idx) for x in (actions, old_logp, old_dist, old_v, adv, target)]
+                terms = self._step(forward, idx, obs, rows, beta)
                 epoch_kl.append(terms.get("kl", terms.get("approx_kl")))
                 for k, v in terms.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -111,9 +116,39 @@ class PPOUpdate(UpdateRule):
         total, rows = self.collective.all_reduce_sum(torch.tensor([total, float(rows)]))
         return float(total / rows)
 
-    def _step(self, params, v, actions, old_logp, old_dist, old_v, adv,
-              target) -> dict[str, float]:
-        """One gradient step from the minibatch's forward pass (``params``, ``v``)."""
+    def _step(self, forward, idx: torch.Tensor, obs: torch.Tensor, rows: list[torch.Tensor],
+              beta: torch.Tensor) -> dict[str, float]:
+        """One gradient step on the minibatch ``idx``; ``rows`` are its actions, behaviour
+        log-probabilities, distributions and values, advantages and value targets."""
+        if self.compiled is not None:
+            loss, terms = self._compiled_loss(obs[idx], rows, beta, forward, idx)
+        else:
+            loss, terms = self._loss(*forward(idx), *rows, beta)
+        grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
+                                    self.collective, self.cfg.max_grad_norm, terms)
+        out = {k: float(v) for k, v in terms.items()}
+        out["grad_norm"] = float(grad_norm)
+        return out
+
+    def _compiled_loss(self, obs, rows, beta, forward, idx):
+        """The compiled forward and loss; where compiling fails (no C++ compiler, say), one
+        line says so and the run goes on eager."""
+        try:
+            return self.compiled(obs, *rows, beta)
+        except Exception as e:  # noqa: BLE001 - any compiler failure falls back to eager
+            print(f"walle_ray: learner: algo.compile: torch.compile failed ({type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}); PPO's update runs eager "
+                  "(set algo.compile=false to skip trying)", file=sys.stderr, flush=True)
+            self.compiled = None
+            return self._loss(*forward(idx), *rows, beta)
+
+    def _forward_loss(self, obs, *rows):
+        """A feed-forward model's minibatch: forward pass and loss in one function."""
+        return self._loss(*self.model(obs), *rows)
+
+    def _loss(self, params, v, actions, old_logp, old_dist, old_v, adv, target,
+              beta) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The minibatch's loss and its named terms, from its forward pass (``params``, ``v``)."""
         cfg = self.cfg
         if cfg.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -122,15 +157,8 @@ class PPOUpdate(UpdateRule):
         common = dict(vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, old_v=old_v, vf_clip=cfg.vf_clip)
         if cfg.objective == "kl_penalty":
             kl = self.model.head.kl(old_dist, params)
-            loss, terms = ppo_kl_loss(logp, old_logp, adv, kl, v, target, entropy,
-                                      beta=self.beta, **common)
-        else:
-            loss, terms = ppo_clip_loss(logp, old_logp, adv, v, target, entropy, clip=cfg.clip, **common)
-        grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
-                                    self.collective, cfg.max_grad_norm, terms)
-        out = {k: float(v) for k, v in terms.items()}
-        out["grad_norm"] = float(grad_norm)
-        return out
+            return ppo_kl_loss(logp, old_logp, adv, kl, v, target, entropy, beta=beta, **common)
+        return ppo_clip_loss(logp, old_logp, adv, v, target, entropy, clip=cfg.clip, **common)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "beta": self.beta}
