@@ -5,7 +5,8 @@ import pytest
 
 from walle_ray.envs import env_spaces
 from walle_ray.algos.ppo import fragment_length
-from walle_ray.runtime.fleet import LocalFleet, RayFleet
+from walle_ray.runtime.fleet import LocalFleet
+from walle_ray.runtime.ray_fleet import RayFleet
 from walle_ray.topology import parse_topology, plan_resources
 
 from conftest import make_cfg
@@ -215,9 +216,26 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
     (["algo=impala"], "8a1m1l", 1),  # asynchronous: samplers never wait for it
 ])
 def test_a_learner_takes_the_idle_samplers_cpus_in_a_synchronous_loop(overrides, spec, threads):
-    from walle_ray.runtime.fleet import learner_threads
+    from walle_ray.runtime.ray_fleet import learner_threads
     from walle_ray.topology import plan_packing
 
     topo = parse_topology(spec)
     plan = plan_resources(topo, cluster_cpus=2)
     assert learner_threads(make_cfg(*overrides), plan_packing(topo, 2, "off"), plan) == threads
+
+
+@pytest.mark.parametrize("spec, cpus, threads", [
+    ("32a4m4l", 2, 2),  # 4 shards in one process: a thread each, as many as the CPUs
+    ("32a4m4l", 8, 2),  # 2 processes of 2 shards
+    ("8a2m2l", 2, 2),
+    ("2a1m1l", 2, 1),  # one shard: its own CPU
+    ("32a4m4l", 64, 1),  # a CPU for every role: one process per shard
+])
+def test_a_packed_asynchronous_learner_runs_a_thread_per_shard(spec, cpus, threads):
+    from walle_ray.runtime.ray_fleet import learner_threads
+    from walle_ray.topology import plan_packing
+
+    topo = parse_topology(spec)
+    packing = plan_packing(topo, cpus, "auto")
+    plan = plan_resources(packing.processes(topo), cluster_cpus=cpus)
+    assert learner_threads(make_cfg("algo=impala"), packing, plan) == threads

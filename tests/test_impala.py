@@ -7,7 +7,7 @@ import time
 import pytest
 
 from walle_ray.envs import env_spaces
-from walle_ray.runtime.fleet import RayFleet
+from walle_ray.runtime.ray_fleet import RayFleet
 from walle_ray.topology import parse_topology, plan_resources
 
 from conftest import make_cfg, run_cli

@@ -83,7 +83,7 @@ def test_a_packed_learner_takes_the_steps_of_its_shards_all_reduced(ray_session)
     """One learner process for two shards (``topology.pack``) learns from a batch of each per
     update, with the config ``packed_learner`` gives it: the same weights as two learners
     joined by gloo, for IMPALA, PPO (whose minibatches double) and DQN (replay batches)."""
-    from walle_ray.runtime.fleet import packed_cfg
+    from walle_ray.runtime.ray_fleet import packed_cfg
 
     ray = ray_session
     cases = {
@@ -121,7 +121,7 @@ def test_a_packed_learner_takes_the_steps_of_its_shards_all_reduced(ray_session)
 
 
 def test_learners_that_share_a_gpu_are_found():
-    from walle_ray.runtime.fleet import shares_a_gpu
+    from walle_ray.runtime.ray_fleet import shares_a_gpu
 
     assert not shares_a_gpu([[("n1", "0")], [("n1", "1")], [("n2", "0")]])
     assert shares_a_gpu([[("n1", "0")], [("n1", "0")]])  # learner.num_gpus=0.5

@@ -57,7 +57,8 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     Each run's actors live in their own Ray namespace, so two runs on one cluster can both
     name theirs ``walle/sampler-0``.
     """
-    from walle_ray.runtime.fleet import LocalFleet, RayFleet
+    from walle_ray.runtime.fleet import LocalFleet
+    from walle_ray.runtime.ray_fleet import RayFleet
     from walle_ray.runtime.ray_init import (check_gpus, check_role_resources, cluster_resources,
                                             live_nodes, placement_lines, start_ray)
 

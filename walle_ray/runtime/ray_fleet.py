@@ -1,0 +1,397 @@
+"""``RayFleet``: a run's roles as named Ray actors, packed into processes as
+``topology.pack`` plans (``topology.plan_packing``), with the learners' torch.distributed
+group. It offers the driver loop the same calls as ``LocalFleet`` (``runtime/fleet.py``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+from omegaconf import DictConfig
+
+from walle_ray.algos import algorithm_for
+from walle_ray.runtime.checkpoint import first_line
+from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step,
+                                     count_faults, memory_spec, new_faults, role_failed,
+                                     timed_update)
+from walle_ray.runtime.preload import role_runtime_env
+from walle_ray.topology import Packing, ResourcePlan, Topology, plan_packing
+
+
+def role_name(role: str, group: tuple[int, ...]) -> str:
+    """A process's actor name from the logical roles it runs: ``walle/sampler-3``, or
+    ``walle/sampler-0,2,4`` for a packed one."""
+    return f"walle/{role}-{','.join(map(str, group))}"
+
+
+def packed_cfg(cfg: DictConfig, shards: int) -> DictConfig:
+    """The config a learner process with ``shards`` learner shards runs with
+    (``Algorithm.packed_learner``)."""
+    if shards == 1:
+        return cfg
+    return algorithm_for(cfg.algo).packed_learner(cfg, shards)
+
+
+def role_resources(cfg: DictConfig, role: str) -> dict[str, float]:
+    """The custom Ray resources each process of ``role`` asks for (``topology.resources``)."""
+    asks = (cfg.topology.resources or {}).get(role) or {}
+    return {name: float(amount) for name, amount in asks.items()}
+
+
+def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
+                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float) -> list:
+    """Learner processes, one per group of learner shards; with several, they form their
+    torch.distributed group before returning."""
+    import ray
+
+    from walle_ray.runtime import remote
+
+    threads = cfg.learner.torch_threads or learner_threads(cfg, packing, plan)
+    device = "cuda" if plan.learner_gpus > 0 else "cpu"
+    runtime_env = role_runtime_env(cfg.run.ray_preload)
+    learners = [
+        remote.RemoteLearner.options(name=role_name("learner", group), num_cpus=plan.learner_cpus,
+                                     num_gpus=plan.learner_gpus, runtime_env=runtime_env,
+                                     resources=role_resources(cfg, "learner")).remote(
+            packed_cfg(cfg, len(group)), obs_space, action_space, device=device, threads=threads)
+        for group in packing.learners]
+    if len(learners) > 1:
+        try:
+            backend = None
+            if device == "cuda" and shares_a_gpu(ray.get([lr.gpus.remote() for lr in learners],
+                                                         timeout=timeout_s)):
+                backend = "gloo"
+                print(f"walle_ray: learner.num_gpus={plan.learner_gpus:g} puts learners on a "
+                      "shared GPU, which NCCL refuses; they reduce through the CPU with gloo",
+                      flush=True)
+            address, port = ray.get(learners[0].group_address.remote(), timeout=timeout_s)
+            ray.get([lr.join_group.remote(address, port, g, len(learners), backend)
+                     for g, lr in enumerate(learners)], timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RoleTimeout(f"learners did not form their group within {timeout_s:.0f} s") from None
+    return learners
+
+
+def learner_threads(cfg: DictConfig, packing: Packing, plan: ResourcePlan) -> int:
+    """Torch threads per learner process when ``learner.torch_threads`` is unset: the CPUs
+    Ray gives it, and in a synchronous loop without ``algo.overlap`` also its part of the
+    samplers' CPUs, which sit idle while it learns (docs/performance.md, "Overlap or threads").
+    In an asynchronous loop, a process that packs several learner shards runs a thread for
+    each, as many as the cluster has CPUs: the threads the shards would have had in
+    processes of their own, for a batch as many times larger (docs/performance.md, "A packed
+    learner's threads"). A learner never runs more threads than its process may use CPUs
+    (``Learner``)."""
+    cpus = plan.learner_cpus
+    if algorithm_for(cfg.algo).loop == "sync" and not cfg.algo.get("overlap", False):
+        samplers = sum(len(group) for group in packing.samplers)
+        cpus += samplers * plan.sampler_cpus / len(packing.learners)
+        return max(1, round(cpus))
+    shards = max((len(group) for group in packing.learners), default=1)
+    if shards > 1:
+        return max(1, min(shards, int(plan.cluster_cpus)))
+    return max(1, int(cpus))
+
+
+def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:
+    """Whether two learner processes hold the same GPU (each given as its (node, GPU id)
+    pairs): fractional ``learner.num_gpus`` packs learners onto one GPU."""
+    held = [pair for process in gpus for pair in process]
+    return len(set(held)) < len(held)
+
+
+def pins_samplers(cfg: DictConfig, processes: int, cluster_cpus: float) -> bool:
+    """Whether sampler process p runs pinned to a CPU (``topology.pin_samplers``): only when
+    the cluster has a CPU for each sampler process. With more than CPUs, pinned samplers
+    cannot move away from each other or the learner (docs/performance.md, "Pinning
+    samplers")."""
+    return bool(cfg.topology.pin_samplers) and processes <= cluster_cpus
+
+
+class RayFleet:
+    """Named Ray actors (``walle/sampler-3``, or ``walle/sampler-0,2,4`` for a process that
+    runs several logical samplers, ``topology.pack``); every wait has a timeout whose message
+    names the role. A sampler process that dies is restarted by Ray and called again, its
+    fragments in flight lost (``faults/``); a learner or memory that dies fails the run with
+    ``RoleDied``, which the driver may answer by rebuilding from the last checkpoint.
+
+    Synchronous: each step calls every sampler process's ``collect`` with the weights' box
+    and routes each fragment to its sampler's memory, then the learners ``learn`` and
+    learner 0 publishes. Asynchronous: samplers ``run`` (pushing into their memories) and
+    learners ``train`` (pulling from theirs) are called again as each call ends; a step
+    collects the reports of the calls that ended.
+    """
+
+    MAX_DEATHS = 3  # more deaths of one sampler process in a row, with no report between, fail the run
+
+    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+                 action_space: gym.Space, plan: ResourcePlan, timeout_s: float,
+                 packing: Packing | None = None):
+        import ray
+
+        from walle_ray.runtime import remote
+
+        self.ray = ray
+        self.cfg, self.topo, self.plan, self.timeout_s = cfg, topo, plan, timeout_s
+        self.packing = packing or plan_packing(topo, plan.cluster_cpus, "off")
+        self.sync = algorithm_for(cfg.algo).loop == "sync"
+        self.offline = algorithm_for(cfg.algo).reads_dataset
+        self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
+        self.faults = new_faults()
+        self.learners = make_learners(cfg, self.packing, obs_space, action_space, plan, timeout_s)
+        self.ps = (remote.RemoteParameterServer.options(
+            name="walle/ps", num_cpus=plan.ps_cpus, resources=role_resources(cfg, "ps")).remote()
+                   if topo.param_servers else None)
+        self.memories, self.memory_names = [], []  # per memory process
+        self.memory_refs: dict = {}  # per logical memory: its remote.MemoryRef
+        # A synchronous iteration's memory moves fragment refs (take); an asynchronous one
+        # waits for room and for batches (the back-pressure, runtime/memory_worker.py).
+        host = remote.RemoteMemoryHost if self.sync else remote.RemoteAsyncMemory
+        source = () if self.sync else (self.weights_source(),)  # ranking memories pull weights
+        for group in self.packing.memories:
+            name = role_name("memory", group)
+            actor = host.options(name=name, num_cpus=plan.memory_cpus,
+                                 resources=role_resources(cfg, "memory")).remote(
+                {k: memory_spec(cfg, topo, k) for k in group}, *source)
+            self.memories.append(actor)
+            self.memory_names.append(name)
+            self.memory_refs.update({k: remote.MemoryRef(actor, k) for k in group})
+        pin = pins_samplers(cfg, len(self.packing.samplers), plan.cluster_cpus)
+        runtime_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
+        self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
+        self.samplers = [self._make_sampler(p, pin, runtime_env, remote)
+                         for p in range(len(self.packing.samplers))]
+        if not self.sync:
+            self._get([lr.attach.remote([self._shard_memories(j) for j in group], self.ps,
+                                        g == 0, cfg.algo.prefetch, cfg.algo.publish_every)
+                       for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))],
+                      "learners (attaching memories)")
+        self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
+        self.restarting: dict[int, float] = {}  # sampler process -> when to ask whether it is back
+        self.deaths = [0] * len(self.samplers)  # deaths of each sampler process since its last report
+
+    def _shard_memories(self, j: int) -> list:
+        """The memories learner shard j reads (``Topology.memories_of_learner``)."""
+        return [self.memory_refs[k] for k in self.topo.memories_of_learner(j)]
+
+    def _make_sampler(self, p: int, pin: bool, runtime_env, remote):
+        """Sampler process p, running its logical samplers, pulling weights from the parameter
+        server (or learner 0), and, for an asynchronous algorithm, pushing into each
+        sampler's memory. Roles are passed by name: an actor handle among the constructor
+        arguments would tie Ray's restart of the sampler to that handle's lifetime
+        (ray-project/ray#53727)."""
+        algo = algorithm_for(self.cfg.algo)
+        slots = []
+        for i in self.packing.samplers[p]:
+            cls, args, kwargs = algo.sampler_spec(self.cfg, self.topo, i)
+            memory = None
+            if not self.sync:
+                k = self.topo.memory_of_sampler(i)
+                memory = remote.MemoryRef(self.memory_names[self._memory_process(k)], k)
+            slots.append(remote.SlotSpec(cls, args, kwargs, memory))
+        source = self.weights_source()
+        return remote.RemoteSampler.options(
+            name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
+            resources=role_resources(self.cfg, "sampler"), runtime_env=runtime_env,
+            max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None)
+
+    def weights_source(self) -> str:
+        """The name of the process that serves the newest weights: the parameter server,
+        or learner 0 where the topology has none."""
+        return "walle/ps" if self.ps is not None else role_name("learner", self.packing.learners[0])
+
+    def _memory_process(self, k: int) -> int:
+        return next(q for q, group in enumerate(self.packing.memories) if k in group)
+
+    def _get(self, refs, role: str):
+        """Results of calls to ``role``; a timeout, an error raised inside the role or its
+        death becomes a RoleError that names it."""
+        try:
+            return self.ray.get(refs, timeout=self.timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
+                              "(run.role_timeout_s)") from None
+        except self.ray.exceptions.RayActorError as exc:
+            raise RoleDied(f"{role} died ({type(exc).__name__})") from None
+        except self.ray.exceptions.RayTaskError as exc:
+            raise role_failed(role, exc) from None
+
+    def _fragments_per_call(self, p: int) -> int:
+        """Fragments each sampler of process p collects per call: ``algo.fragments_per_call``
+        per process, at least one per sampler, so a packed process reports as often as one
+        sampler would."""
+        return max(1, -(-self.cfg.algo.fragments_per_call // len(self.packing.samplers[p])))
+
+    def _call_sampler(self, p: int) -> None:
+        if self.sync:
+            refs = self.samplers[p].collect.options(
+                num_returns=len(self.packing.samplers[p]) + 1).remote(self.version, self.weights)
+            self.pending[refs[-1]] = ("sampler", p, refs[:-1])
+        else:
+            self.pending[self.samplers[p].run.remote(self._fragments_per_call(p))] = ("sampler", p, None)
+
+    def _call_learner(self, j: int, env_steps: int) -> None:
+        ref = self.learners[j].train.remote(self.cfg.algo.updates_per_call, env_steps)
+        self.pending[ref] = ("learner", j, None)
+
+    def _sampler_died(self, p: int, exc: BaseException) -> None:
+        """The one path for a dead sampler process: count what its samplers lost, ask again
+        once Ray has restarted it."""
+        self.deaths[p] += 1
+        if self.deaths[p] > self.MAX_DEATHS:
+            raise RoleFailed(f"{self.sampler_names[p].removeprefix('walle/')} keeps dying "
+                             f"({first_line(exc)})")
+        samplers = len(self.packing.samplers[p])
+        self.faults["sampler_restarts"] += samplers
+        self.faults["lost_fragments"] += samplers * (1 if self.sync else self._fragments_per_call(p))
+        self.restarting[p] = time.monotonic() + 0.2
+
+    def _finished(self, timeout_s: float) -> list[tuple]:
+        """(kind, process index, result, fragment refs) of the calls that ended within
+        ``timeout_s`` (a sampler process's result is a report per sampler); each restarted
+        sampler process is called again."""
+        now = time.monotonic()
+        for i, when in list(self.restarting.items()):  # ask dead samplers whether they are back
+            if now >= when and not any(v[:2] == ("restarted", i) for v in self.pending.values()):
+                self.pending[self.samplers[i].ready.remote()] = ("restarted", i, None)
+        if not self.pending:  # every sampler is restarting: nothing to wait on yet
+            time.sleep(min(timeout_s, 0.05))
+            return []
+        ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=timeout_s)
+        if ready:
+            ready, _ = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
+        done = []
+        for ref in ready:
+            kind, index, extra = self.pending.pop(ref)
+            try:
+                result = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as exc:
+                if kind == "learner":
+                    raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
+                if kind == "sampler":
+                    self._sampler_died(index, exc)
+                else:  # not back yet: ask again soon
+                    self.restarting[index] = time.monotonic() + 0.2
+                continue
+            except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
+                raise role_failed(f"{kind}-{index}", exc) from None
+            if kind == "restarted":
+                self.restarting.pop(index, None)
+                self._call_sampler(index)
+                continue
+            if kind == "sampler":
+                self.deaths[index] = 0
+                for report in result:
+                    count_faults(self.faults, report)
+            done.append((kind, index, result, extra))
+        return done
+
+    def publish(self) -> None:
+        """The new weights' version and box, which each collect call carries to the samplers
+        (no round trip to the parameter server)."""
+        self.version, self.weights = self._get(self.learners[0].publish.remote(self.ps),
+                                               "learner-0 (publishing weights)")
+
+    def start(self) -> None:
+        self.publish()
+        if not self.sync:
+            for i in range(len(self.samplers)):
+                self._call_sampler(i)
+            for j in range(len(self.learners)):
+                self._call_learner(j, 0)
+
+    def step(self, env_steps: int, timeout_s: float = 1.0) -> Step:
+        if self.sync:
+            return self._iteration(env_steps)
+        out = Step()
+        for kind, index, result, _ in self._finished(timeout_s):
+            if kind == "sampler":
+                out.reports.extend(result)
+                self._call_sampler(index)
+            else:
+                result["learner"] = ",".join(map(str, self.packing.learners[index]))  # its shards
+                out.learned.append(result)
+                self._call_learner(index, env_steps)
+        return out
+
+    def _iteration(self, env_steps: int) -> Step:
+        """Every sampler's fragment, routed to its memory; one update; new weights. With
+        ``algo.overlap`` the samplers are called for the next batch as the update starts,
+        with the weights before it, so the next iteration finds its batch collected or under
+        way, and learns from it one version behind (a policy lag of 1)."""
+        t0 = time.perf_counter()
+        deadline = t0 + self.timeout_s
+        if not self.prefetched:
+            for p in range(len(self.samplers)):
+                self._call_sampler(p)
+        reports: list = [None] * self.topo.samplers
+        puts = []
+        while self.pending or self.restarting:
+            if time.perf_counter() > deadline:
+                late = sorted({v[1] for v in self.pending.values()} | set(self.restarting))
+                raise RoleTimeout(f"{self.sampler_names[late[0]].removeprefix('walle/')} did not "
+                                  f"answer within {self.timeout_s:.0f} s (run.role_timeout_s)")
+            for _, _, stats, rollouts in self._finished(0.2):
+                for report, rollout in zip(stats, rollouts, strict=True):
+                    i = report["sampler"]
+                    reports[i] = report
+                    memory = self.memory_refs[self.topo.memory_of_sampler(i)]
+                    puts.append(memory.actor.put.remote([rollout], memory.key))
+        if not all(self._get(puts, "memories")):
+            raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
+        t1 = time.perf_counter()
+        calls = [lr.learn.remote([m for j in group for m in self._shard_memories(j)], env_steps,
+                                 g == 0, self.ps)
+                 for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))]
+        self.prefetched = self.overlap  # the fragments it brings are put after this take
+        if self.overlap:
+            for p in range(len(self.samplers)):
+                self._call_sampler(p)
+        metrics, (self.version, self.weights) = self._get(calls, "learners")[0]
+        t2 = time.perf_counter()
+        rows = sum(r["env_steps"] for r in reports)
+        return Step(reports, [timed_update(metrics, rows, t2 - t1)],
+                    {"collect_s": t1 - t0, "learn_s": t2 - t1})
+
+    def learner_state(self) -> dict:
+        return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
+
+    def load_learner_state(self, state: dict) -> None:
+        ref = self.ray.put(state)
+        self._get([lr.load_state_dict.remote(ref) for lr in self.learners], "learners (loading state)")
+
+    def placement(self) -> dict[str, str]:
+        """The Ray node (its id) of each role process, by role name (``walle/learner-0``)."""
+        roles = {**dict(zip(self.sampler_names, self.samplers)),
+                 **dict(zip(self.memory_names, self.memories)),
+                 **{role_name("learner", g): lr for g, lr in zip(self.packing.learners, self.learners)},
+                 **({"walle/ps": self.ps} if self.ps is not None else {})}
+        nodes = self._get([handle.where.remote() for handle in roles.values()], "roles (placement)")
+        return dict(zip(roles, nodes))
+
+    def processes(self) -> int:
+        """Role processes: samplers, memories, learners and the parameter server."""
+        return (len(self.samplers) + len(self.memories) + len(self.learners)
+                + (self.ps is not None))
+
+    def _per_memory(self, method: str, what: str) -> list:
+        """``method``'s answer for each logical memory, in topology order."""
+        answers = self._get([getattr(m, method).remote() for m in self.memories], what)
+        merged = {k: value for answer in answers for k, value in answer.items()}
+        return [merged[k] for k in range(self.topo.memories)]
+
+    def memory_stats(self) -> list[dict]:
+        return self._per_memory("stats", "memories")
+
+    def memory_states(self) -> list[dict]:
+        return self._per_memory("state_dict", "memories (snapshot)")
+
+    def load_memory_states(self, states: list[dict]) -> None:
+        self._get([m.load_state_dict.remote({k: states[k] for k in group})
+                   for m, group in zip(self.memories, self.packing.memories, strict=True)],
+                  "memories (restoring the snapshot)")
+
+    def shutdown(self) -> None:
+        for handle in [*self.samplers, *self.memories, *self.learners, self.ps]:
+            if handle is not None:
+                self.ray.kill(handle, no_restart=True)
