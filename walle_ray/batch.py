@@ -131,12 +131,7 @@ class Transitions:
 
     def check(self) -> None:
         """Raise ValueError when arrays disagree on N."""
-        n = self.reward.shape[0]
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value.shape[:1] != (n,):
-                raise ValueError(f"{type(self).__name__}.{f.name} has shape {value.shape}, "
-                                 f"expected ({n},) first")
+        check_rows(self, self.reward.shape[0])
 
 
 @dataclass
@@ -171,11 +166,17 @@ class OfflineBatch:
 
     def check(self) -> None:
         """Raise ValueError when arrays disagree on N."""
-        n = self.obs.shape[0]
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is not None and value.shape[:1] != (n,):
-                raise ValueError(f"OfflineBatch.{f.name} has shape {value.shape}, expected ({n},) first")
+        check_rows(self, self.obs.shape[0])
+
+
+def check_rows(batch, n: int) -> None:
+    """Raise ValueError naming the first array field of a flat batch (fields that are None
+    aside) whose first dimension is not ``n``."""
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        if value is not None and value.shape[:1] != (n,):
+            raise ValueError(f"{type(batch).__name__}.{f.name} has shape {value.shape}, "
+                             f"expected ({n},) first")
 
 
 @dataclass

@@ -41,9 +41,16 @@ def update_obs_norm(model, batch: Rollout, collective: Collective,
 
     Called after an update, so the update saw the statistics the samplers acted with.
     """
-    norm = model.obs_norm
-    if norm is None:
+    if model.obs_norm is None:
         return
     obs_t = np.asarray(batch.obs_t) if counted_b is None else np.asarray(batch.obs_t)[:, counted_b]
-    obs = torch.from_numpy(obs_t.reshape(-1, *batch.obs_t.shape[2:]))
-    norm.update_from_moments(collective.all_reduce_sum(norm.moments(obs)))
+    merge_obs(model, torch.from_numpy(obs_t.reshape(-1, *batch.obs_t.shape[2:])), collective)
+
+
+@torch.no_grad()
+def merge_obs(model, obs: torch.Tensor, collective: Collective) -> None:
+    """Merge observations [N, *obs_shape] (on any device) into the model's normaliser, if it
+    has one, with the moments summed over every learner."""
+    norm = getattr(model, "obs_norm", None)
+    if norm is not None:
+        norm.update_from_moments(collective.all_reduce_sum(norm.moments(obs.cpu())))

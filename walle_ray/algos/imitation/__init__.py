@@ -21,23 +21,37 @@ def make_update(cfg: DictConfig, model, collective, device: torch.device) -> Off
                          cfg.run.total_env_steps, device)
 
 
-def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
-    """Memory k reads every M-th episode of the datasets (M memories)."""
+def memory_spec(cfg: DictConfig, k: int, gamma: float | None = None) -> tuple[type, tuple, dict]:
+    """Memory k reads every M-th episode of the datasets (M memories); with ``gamma`` its
+    rows carry their discounted returns (MARWIL)."""
     from walle_ray.buffers.dataset import DatasetMemory
     from walle_ray.datasets import dataset_paths
     from walle_ray.topology import parse_topology
 
     memories = parse_topology(cfg.topology.spec).memories
-    gamma = float(cfg.algo.gamma) if "gamma" in cfg.algo else None
     return DatasetMemory, (dataset_paths(cfg.dataset.path), k, memories, int(cfg.algo.batch_size),
                            gamma, int(cfg.run.seed)), {}
+
+
+def marwil_memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
+    return memory_spec(cfg, k, float(cfg.algo.gamma))
 
 
 def no_samplers(cfg, topo, i: int):
     raise AssertionError("offline algorithms have no samplers")  # validate refuses any
 
 
-def validate(cfg: DictConfig) -> None:
+def validate_marwil(cfg: DictConfig) -> None:
+    a = cfg.algo
+    validate(cfg, [(a.beta >= 0, "beta", "must be zero (behaviour cloning) or positive"),
+                   (0 < a.gamma <= 1, "gamma", "must be in (0, 1]"),
+                   (a.vf_coef >= 0, "vf_coef", "must be zero or positive"),
+                   (0 < a.adv_norm_rate <= 1, "adv_norm_rate", "must be in (0, 1]"),
+                   (a.max_weight > 0, "max_weight", "must be positive")])
+
+
+def validate(cfg: DictConfig, more_checks: list = ()) -> None:
+    """BC's checks (MARWIL's add ``more_checks``), then the dataset and the topology."""
     from walle_ray.config import ConfigError
     from walle_ray.datasets import dataset_paths
     from walle_ray.topology import parse_topology
@@ -51,13 +65,7 @@ def validate(cfg: DictConfig) -> None:
               (a.max_grad_norm >= 0, "max_grad_norm", "must be zero (no clip) or positive"),
               (a.updates_per_call > 0, "updates_per_call", "must be positive"),
               (a.prefetch > 0, "prefetch", "must be positive"),
-              (a.publish_every > 0, "publish_every", "must be positive")]
-    if "beta" in a:
-        checks += [(a.beta >= 0, "beta", "must be zero (behaviour cloning) or positive"),
-                   (0 < a.gamma <= 1, "gamma", "must be in (0, 1]"),
-                   (a.vf_coef >= 0, "vf_coef", "must be zero or positive"),
-                   (0 < a.adv_norm_rate <= 1, "adv_norm_rate", "must be in (0, 1]"),
-                   (a.max_weight > 0, "max_weight", "must be positive")]
+              (a.publish_every > 0, "publish_every", "must be positive"), *more_checks]
     require_algo(checks)
     if not dataset_paths(cfg.dataset.path):
         raise ConfigError(f"dataset.path: algo={name} learns from a recorded dataset; record one "
@@ -77,6 +85,7 @@ BC = Algorithm(name="bc", config_cls=BCConfig, loop="async", make_update=make_up
                check_spaces=check_policy_spaces("bc"), reads_dataset=True,
                sampler_spec=no_samplers, memory_spec=memory_spec, packed_learner=packed_as_is)
 MARWIL = Algorithm(name="marwil", config_cls=MARWILConfig, loop="async", make_update=make_update,
-                   fragment_length=lambda cfg, topo: 1, validate=validate,
+                   fragment_length=lambda cfg, topo: 1, validate=validate_marwil,
                    check_spaces=check_policy_spaces("marwil"), reads_dataset=True,
-                   sampler_spec=no_samplers, memory_spec=memory_spec, packed_learner=packed_as_is)
+                   sampler_spec=no_samplers, memory_spec=marwil_memory_spec,
+                   packed_learner=packed_as_is)

@@ -11,6 +11,7 @@ from walle_ray.algos.imitation.loss import bc_loss, marwil_loss, marwil_weights
 from walle_ray.batch import OfflineBatch
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.optim import make_optimizer, scheduled_lr, set_lr
+from walle_ray.learners.reward_scale import merge_obs
 from walle_ray.learners.update_rule import UpdateRule
 from walle_ray.models import RunningNorm
 
@@ -59,7 +60,7 @@ class OfflineUpdate(UpdateRule):
             loss, terms = bc_loss(dist.log_prob(action), dist.entropy(), cfg.ent_coef)
         grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
                                     self.collective, cfg.max_grad_norm, terms)
-        self._follow_obs(obs)
+        merge_obs(self.model, obs, self.collective)  # the recorded observations
         out = {k: float(v) for k, v in terms.items()}
         out.update(lr=lr, grad_norm=float(grad_norm))
         return out
@@ -75,13 +76,6 @@ class OfflineUpdate(UpdateRule):
             scale = float(torch.sqrt(self.return_norm.var + 1e-8))
         bootstrap = self.model.value(final_obs) if bool((tail > 0).any()) else torch.zeros_like(ret)
         return ret / scale + tail * bootstrap, scale
-
-    @torch.no_grad()
-    def _follow_obs(self, obs: torch.Tensor) -> None:
-        norm = getattr(self.model, "obs_norm", None)
-        if norm is not None:
-            x = obs.reshape(obs.shape[0], -1).float().cpu()
-            norm.update_from_moments(self.collective.all_reduce_sum(norm.moments(x)))
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "adv_sq": self.adv_sq}
