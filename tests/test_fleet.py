@@ -224,18 +224,19 @@ def test_a_learner_takes_the_idle_samplers_cpus_in_a_synchronous_loop(overrides,
     assert learner_threads(make_cfg(*overrides), plan_packing(topo, 2, "off"), plan) == threads
 
 
-@pytest.mark.parametrize("spec, cpus, threads", [
-    ("32a4m4l", 2, 2),  # 4 shards in one process: a thread each, as many as the CPUs
-    ("32a4m4l", 8, 2),  # 2 processes of 2 shards
-    ("8a2m2l", 2, 2),
-    ("2a1m1l", 2, 1),  # one shard: its own CPU
-    ("32a4m4l", 64, 1),  # a CPU for every role: one process per shard
+@pytest.mark.parametrize("spec, cpus, learner_cpus, threads", [
+    ("32a4m4l", 2, None, 2),  # 4 shards in one process: a thread each, as many as the CPUs
+    ("32a4m4l", 8, None, 2),  # 2 processes of 2 shards
+    ("8a2m2l", 2, None, 2),
+    ("2a1m1l", 2, None, 1),  # one shard: its own CPU
+    ("32a4m4l", 64, None, 1),  # a CPU for every role: one process per shard
+    ("32a4m4l", 8, 3.0, 3),  # more CPUs asked for (topology.learner_cpus) than shards
 ])
-def test_a_packed_asynchronous_learner_runs_a_thread_per_shard(spec, cpus, threads):
+def test_a_packed_asynchronous_learner_runs_a_thread_per_shard(spec, cpus, learner_cpus, threads):
     from walle_ray.runtime.ray_fleet import learner_threads
     from walle_ray.topology import plan_packing
 
     topo = parse_topology(spec)
     packing = plan_packing(topo, cpus, "auto")
-    plan = plan_resources(packing.processes(topo), cluster_cpus=cpus)
+    plan = plan_resources(packing.processes(topo), cluster_cpus=cpus, learner_cpus=learner_cpus)
     assert learner_threads(make_cfg("algo=impala"), packing, plan) == threads

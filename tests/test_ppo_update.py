@@ -61,12 +61,12 @@ def test_kl_penalty_adapts_beta_to_the_kl_after_the_epochs(monkeypatch):
     assert metrics["kl_after"] == pytest.approx(after, rel=1e-5)
 
 
-def test_compiled_update_takes_the_eager_steps():
+@pytest.mark.parametrize("algo", ["ppo", "ppo_kl"])
+def test_compiled_update_takes_the_eager_steps(algo):
     """algo.compile=true changes how the minibatch's forward and loss run, not what they
-    compute: from the same weights and batch both end at the same weights. (The KL-penalty
-    objective: its coefficient is an input of the compiled function; the presets' test
-    compiles the clipped one.)"""
-    cfg = make_cfg("algo=ppo_kl", "algo.minibatch_size=16", "algo.epochs=2", "algo.lr=3e-3")
+    compute: from the same weights and batch both end at the same weights (with the clipped
+    objective, and the KL penalty, whose coefficient is an input of the compiled function)."""
+    cfg = make_cfg(f"algo={algo}", "algo.minibatch_size=16", "algo.epochs=2", "algo.lr=3e-3")
     torch.manual_seed(0)
     model = make_actor_critic(OBS, ACT, cfg.model)
     fragment = batch(model)
@@ -86,21 +86,39 @@ def test_compiled_update_takes_the_eager_steps():
     assert m_comp["policy_loss"] == pytest.approx(m_eager["policy_loss"], abs=1e-5)
 
 
-def test_a_failed_compile_goes_on_eager(capsys):
+class FailsBackward(torch.autograd.Function):
+    """The identity, whose backward fails as a backward that cannot compile does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("no C++ compiler found for the backward\nmore")
+
+
+@pytest.mark.parametrize("fails_in", ["forward", "backward"])
+def test_a_failed_compile_goes_on_eager(fails_in, capsys):
     cfg = make_cfg("algo=ppo", "algo.minibatch_size=16", "algo.epochs=1", "algo.compile=true")
     torch.manual_seed(0)
     model = make_actor_critic(OBS, ACT, cfg.model)
     update = PPOUpdate(cfg.algo, model, Collective(), False, cfg.run.total_env_steps,
                        torch.device("cpu"))
 
-    def no_compiler(*args):
-        raise RuntimeError("no C++ compiler found\nmore detail")
+    def no_compiler(obs, *rows):  # inductor's failure, as torch.compile wraps it
+        from torch._dynamo.exc import BackendCompilerFailed
+
+        if fails_in == "forward":
+            raise BackendCompilerFailed(no_compiler, RuntimeError("no C++ compiler found\nmore"), None)
+        loss, terms = update._forward_loss(obs, *rows)  # AOTAutograd compiles the backward later
+        return FailsBackward.apply(loss), terms
 
     update.compiled = no_compiler
     metrics = update.update([batch(model)], env_steps=0)
     assert update.compiled is None and metrics["grad_steps"] == 4
     err = capsys.readouterr().err
-    assert "torch.compile failed (RuntimeError: no C++ compiler found)" in err
+    assert "torch.compile failed (RuntimeError: no C++ compiler found" in err
     assert "algo.compile=false" in err and err.count("\n") == 1
 
 

@@ -53,4 +53,5 @@ def merge_obs(model, obs: torch.Tensor, collective: Collective) -> None:
     has one, with the moments summed over every learner."""
     norm = getattr(model, "obs_norm", None)
     if norm is not None:
-        norm.update_from_moments(collective.all_reduce_sum(norm.moments(obs.cpu())))
+        moments = collective.all_reduce_sum(norm.moments(obs.cpu()))
+        norm.update_from_moments(moments.to(norm.mean.device))

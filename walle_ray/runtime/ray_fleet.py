@@ -77,20 +77,19 @@ def learner_threads(cfg: DictConfig, packing: Packing, plan: ResourcePlan) -> in
     """Torch threads per learner process when ``learner.torch_threads`` is unset: the CPUs
     Ray gives it, and in a synchronous loop without ``algo.overlap`` also its part of the
     samplers' CPUs, which sit idle while it learns (docs/performance.md, "Overlap or threads").
-    In an asynchronous loop, a process that packs several learner shards runs a thread for
-    each, as many as the cluster has CPUs: the threads the shards would have had in
-    processes of their own, for a batch as many times larger (docs/performance.md, "A packed
-    learner's threads"). A learner never runs more threads than its process may use CPUs
-    (``Learner``)."""
+    Otherwise (an asynchronous loop, or ``algo.overlap``) a process that packs several
+    learner shards runs at least a thread for each, as many as the cluster has CPUs: the
+    threads the shards would have had in processes of their own, for a batch as many times
+    larger (docs/performance.md, "A packed learner's threads"); each such process counts
+    alone, as the shards' own processes would. A learner never runs more threads than its
+    process may use CPUs (``Learner``)."""
     cpus = plan.learner_cpus
     if algorithm_for(cfg.algo).loop == "sync" and not cfg.algo.get("overlap", False):
         samplers = sum(len(group) for group in packing.samplers)
         cpus += samplers * plan.sampler_cpus / len(packing.learners)
         return max(1, round(cpus))
     shards = max((len(group) for group in packing.learners), default=1)
-    if shards > 1:
-        return max(1, min(shards, int(plan.cluster_cpus)))
-    return max(1, int(cpus))
+    return max(1, int(cpus), min(shards, int(plan.cluster_cpus)))
 
 
 def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:

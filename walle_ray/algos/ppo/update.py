@@ -33,6 +33,7 @@ class PPOUpdate(UpdateRule):
         # algo.compile: one torch.compile'd function for a minibatch's forward pass and loss
         # (feed-forward models; ``validate`` refuses a recurrent core), eager until it compiles.
         self.compiled = torch.compile(self._forward_loss, dynamic=False) if cfg.compile else None
+        self.backward_compiled = False  # AOTAutograd compiles the backward on its first call
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg = self.cfg
@@ -70,7 +71,7 @@ class PPOUpdate(UpdateRule):
         per_epoch = max(1, n // max(1, cfg.minibatch_size // unit))
         per_epoch = int(self.collective.all_reduce_min(torch.tensor([per_epoch]))[0])
         mb = n // per_epoch
-        beta = torch.tensor(self.beta)  # a tensor, so a compiled loss does not specialise on it
+        beta = torch.tensor(self.beta, device=dev)  # a tensor: a compiled loss does not specialise on it
         sums: dict[str, float] = {}
         steps = 0
         epochs_done = 0
@@ -131,13 +132,21 @@ class PPOUpdate(UpdateRule):
         return out
 
     def _compiled_loss(self, obs, rows, beta, forward, idx):
-        """The compiled forward and loss; where compiling fails (no C++ compiler, say), one
-        line says so and the run goes on eager."""
+        """The compiled forward and loss. The first call also runs a backward of its own,
+        which makes AOTAutograd compile the backward here; where compiling fails (no C++
+        compiler, say), one line says so and the run goes on eager."""
         try:
+            if not self.backward_compiled:
+                params = [p for p in self.model.parameters() if p.requires_grad]
+                probe, _ = self.compiled(obs, *rows, beta)
+                torch.autograd.grad(probe, params, allow_unused=True)
+                self.backward_compiled = True
             return self.compiled(obs, *rows, beta)
         except Exception as e:  # noqa: BLE001 - any compiler failure falls back to eager
-            print(f"walle_ray: learner: algo.compile: torch.compile failed ({type(e).__name__}: "
-                  f"{str(e).splitlines()[0] if str(e) else ''}); PPO's update runs eager "
+            cause = getattr(e, "inner_exception", None) or e  # inductor's own error, unwrapped
+            text = str(cause).strip().splitlines()
+            print(f"walle_ray: learner: algo.compile: torch.compile failed ({type(cause).__name__}: "
+                  f"{text[0] if text else ''}); PPO's update runs eager "
                   "(set algo.compile=false to skip trying)", file=sys.stderr, flush=True)
             self.compiled = None
             return self._loss(*forward(idx), *rows, beta)
