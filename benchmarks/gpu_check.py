@@ -3,7 +3,7 @@
     python benchmarks/gpu_check.py [--seconds 90] [--name gpu_check]
 
 Each case is a short ``python -m walle_ray`` run (IMPALA on Pong, Ape-X on Pong, PPO on
-CartPole) with its learners on the GPU; two learners share the GPU; the first run's
+CartPole and on HalfCheetah with its preset) with its learners on the GPU; two learners share the GPU; the first run's
 checkpoint is resumed on the GPU and on the CPU. While it runs, ``nvidia-smi`` is asked every two
 seconds which processes hold GPU memory. A case passes when the run ends by its wall-clock
 budget (or its return target) with learner updates made, its learner processes and no
@@ -26,6 +26,9 @@ CASES = {
     "impala_pong_1gpu": ["algo=impala", "env=pong", "topology=8a2m1l", "learner.num_gpus=1"],
     "apex_pong_1gpu": ["algo=apex", "env=pong", "topology=8a2m1l", "learner.num_gpus=1"],
     "ppo_cartpole_1gpu": ["algo=ppo", "env=cartpole", "topology=4a1m1l", "learner.num_gpus=1"],
+    # The HalfCheetah preset: an observation normaliser on the GPU, and algo.compile (inductor
+    # for CUDA).
+    "ppo_halfcheetah_1gpu": ["algo=ppo", "env=halfcheetah", "topology=4a1m1l", "learner.num_gpus=1"],
     # Two learners share the one GPU: NCCL refuses two ranks on one device, so they reduce
     # with gloo through the CPU.
     "impala_pong_2learners_1gpu": ["algo=impala", "env=pong", "topology=8a2m2l",
