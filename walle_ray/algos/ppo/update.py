@@ -121,35 +121,34 @@ class PPOUpdate(UpdateRule):
               beta: torch.Tensor) -> dict[str, float]:
         """One gradient step on the minibatch ``idx``; ``rows`` are its actions, behaviour
         log-probabilities, distributions and values, advantages and value targets."""
-        if self.compiled is not None:
-            loss, terms = self._compiled_loss(obs[idx], rows, beta, forward, idx)
-        else:
-            loss, terms = self._loss(*forward(idx), *rows, beta)
+        loss, terms = self._minibatch_loss(forward, idx, obs, rows, beta)
         grad_norm = self.guard.step(self.optimizer, list(self.model.parameters()), loss,
                                     self.collective, self.cfg.max_grad_norm, terms)
         out = {k: float(v) for k, v in terms.items()}
         out["grad_norm"] = float(grad_norm)
         return out
 
-    def _compiled_loss(self, obs, rows, beta, forward, idx):
-        """The compiled forward and loss. The first call also runs a backward of its own,
-        which makes AOTAutograd compile the backward here; where compiling fails (no C++
-        compiler, say), one line says so and the run goes on eager."""
-        try:
-            if not self.backward_compiled:
-                params = [p for p in self.model.parameters() if p.requires_grad]
-                probe, _ = self.compiled(obs, *rows, beta)
-                torch.autograd.grad(probe, params, allow_unused=True)
-                self.backward_compiled = True
-            return self.compiled(obs, *rows, beta)
-        except Exception as e:  # noqa: BLE001 - any compiler failure falls back to eager
-            cause = getattr(e, "inner_exception", None) or e  # inductor's own error, unwrapped
-            text = str(cause).strip().splitlines()
-            print(f"walle_ray: learner: algo.compile: torch.compile failed ({type(cause).__name__}: "
-                  f"{text[0] if text else ''}); PPO's update runs eager "
-                  "(set algo.compile=false to skip trying)", file=sys.stderr, flush=True)
-            self.compiled = None
-            return self._loss(*forward(idx), *rows, beta)
+    def _minibatch_loss(self, forward, idx, obs, rows, beta):
+        """The minibatch's loss and terms: compiled with ``algo.compile``, else eager. The
+        first compiled call also runs a backward of its own, which makes AOTAutograd compile
+        the backward here; where compiling fails (no C++ compiler, say), one line says so and
+        the run goes on eager."""
+        if self.compiled is not None:
+            try:
+                if not self.backward_compiled:
+                    params = [p for p in self.model.parameters() if p.requires_grad]
+                    probe, _ = self.compiled(obs[idx], *rows, beta)
+                    torch.autograd.grad(probe, params, allow_unused=True)
+                    self.backward_compiled = True
+                return self.compiled(obs[idx], *rows, beta)
+            except Exception as e:  # noqa: BLE001 - any compiler failure falls back to eager
+                cause = getattr(e, "inner_exception", None) or e  # inductor's own error, unwrapped
+                text = str(cause).strip().splitlines()
+                print(f"walle_ray: learner: algo.compile: torch.compile failed "
+                      f"({type(cause).__name__}: {text[0] if text else ''}); PPO's update runs "
+                      "eager (set algo.compile=false to skip trying)", file=sys.stderr, flush=True)
+                self.compiled = None
+        return self._loss(*forward(idx), *rows, beta)
 
     def _forward_loss(self, obs, *rows):
         """A feed-forward model's minibatch: forward pass and loss in one function."""
