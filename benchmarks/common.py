@@ -127,3 +127,70 @@ def learning_run(name: str, overrides: list[str], target: float, minutes: float,
         result["report"] = json.loads((run_dir / "report.json").read_text())
     write_result(name, result)
     return result
+
+
+def score_run(run_dir: Path, overrides: list[str], target: float, minutes: float,
+              reuse: bool = False) -> dict:
+    """One run of ``python -m walle_ray <overrides>`` until its mean return reaches ``target``
+    (``run.stop_at_return``, which only stops it) or ``minutes`` pass; with ``reuse``, the run
+    already in ``run_dir`` is read instead. Returns its curve and the run's own record of
+    when it first reached each milestone (``report.json``: wall minutes since the command
+    started, agent steps, core-hours)."""
+    from walle_ray.logging.metrics import read_metrics
+
+    command = [*overrides, f"run.stop_at_return={target}", f"run.max_wall_s={minutes * 60}",
+               "run.report_every_s=15"]
+    if not (reuse and (run_dir / "metrics.jsonl").is_file()):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_cli(command, run_dir, timeout_s=minutes * 60 + 600)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    report = json.loads((run_dir / "report.json").read_text())
+    reached = report.get("milestones", {}).get(f"{target:g}")
+    steady = [r for r in records if r.get("env_steps_per_s") and r["wall_s"] >= 60]
+    return {
+        "command": "python -m walle_ray " + " ".join(command), "run_dir": str(run_dir),
+        "reached": reached is not None, "milestones": report.get("milestones", {}),
+        "cost": report.get("cost"),
+        "minutes_to_target": reached["minutes"] if reached else None,
+        "agent_steps_to_target": reached["agent_steps"] if reached else None,
+        "core_hours_to_target": reached["core_hours"] if reached else None,
+        "best_return": max((r["return"] for r in records if r["return"] is not None), default=None),
+        "agent_steps": records[-1]["env_steps"],
+        "agent_steps_per_s": (sum(r["env_steps_per_s"] for r in steady) / len(steady)
+                              if steady else None),
+        "policy_lag_mean": (sum(r.get("policy_lag_mean") or 0 for r in steady) / len(steady)
+                            if steady else None),
+        "summary": report["summary"],
+        "curve": [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "return": r["return"]}
+                  for r in records],
+    }
+
+
+def plot_curves(runs: dict[str, list[dict]], target: float, title: str, path: Path) -> None:
+    """Return against agent steps (left) and against wall minutes (right), one colour per
+    label, one line per run under it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for k, (label, results) in enumerate(runs.items()):
+        colour = f"C{k}"
+        for i, res in enumerate(results):
+            pts = [p for p in res["curve"] if p["return"] is not None]
+            kwargs = {"color": colour, "alpha": 0.9, "lw": 1.3,
+                      "label": f"{label} ({len(results)} run{'s' if len(results) > 1 else ''})"
+                      if i == 0 else None}
+            by_steps.plot([p["env_steps"] / 1e6 for p in pts], [p["return"] for p in pts], **kwargs)
+            by_time.plot([p["wall_s"] / 60 for p in pts], [p["return"] for p in pts], **kwargs)
+    for ax, xlabel in ((by_steps, "agent steps (millions)"), (by_time, "wall minutes of training")):
+        ax.axhline(target, ls="--", c="gray", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    by_steps.set_ylabel("mean return of the last 20 games")
+    by_steps.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title)
+    fig.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)

@@ -1,88 +1,225 @@
-"""IMPALA on Pong: agent steps/s consumed by the learner, end to end, by sampler count.
+"""IMPALA Pong as typed: agent steps/s on this machine, where its CPU goes, and EnvPool's rate.
 
-    python benchmarks/impala_pong_throughput.py [--samplers 1 2 4 8] [--sizes 42 84] [--seconds 60]
-                                                [--batch-size 32]
+    python benchmarks/impala_pong_throughput.py [--topologies 2a1m1l 32a4m4l] [--seconds 120]
+                                                [--isa avx2] [--name N]
 
-Each point is a real run of ``python -m walle_ray algo=impala env=pong env.obs_size=S
-topology=<N>a1m1l`` for a fixed wall-clock budget, with the preset's settings except the
-learner batch (``--batch-size``: 32 rows, the IMPALA paper's, by default; the Pong preset
-learns with 8, which trades throughput for updates); the rate is the learner's consumed agent
-steps over the records after the first (start-up excluded). Writes
-benchmarks/results/impala_pong_throughput.json and .png (EasyRL's throughput-vs-actors
-plot). Target: 42x42 at least 2500 agent steps/s end to end on 2 cores.
+1. The command as typed, ``python -m walle_ray algo=impala env=pong topology=T``, for
+   ``--seconds`` each: the agent steps/s the samplers delivered and the learner consumed
+   after the first 45 s (start-up left out), the rows the learner trained on per second
+   (fresh and replayed), the policy lag, and the share of the machine's CPU each kind of
+   process took over 20 s of the steady state (read from /proc).
+2. Each part alone on one core, in this process, with the preset's settings: the ALE vector
+   env (the samplers' env, random actions), EnvPool's Atari env on the same frames (one and
+   two threads; an optional extra, ``pip install envpool``), one sampler (env, policy and
+   writer), the policy's forward pass per observation, and one learner update.
+3. From 2, the rate two cores could reach if nothing but those parts ran (each agent step
+   costs a sampler step and the learner's share of an update), beside the rate measured.
+
+``--isa avx2`` caps torch and oneDNN at AVX2 for every process, as on a CPU without AVX-512
+(``model.bf16=auto`` then stays float32), and names the result ``..._avx2``. The CPU is
+recorded in the JSON. Goal: at least 2500 agent steps/s as typed.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
 
-from common import RESULTS, ROOT, run_cli, write_result
+import numpy as np
 
-TARGET_42 = 2500
+from common import ROOT, write_result
 
-
-def measure(size: int, samplers: int, seconds: float, batch_size: int) -> dict:
-    run_dir = ROOT / "runs" / f"bench_impala_pong_{size}_{samplers}a"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    records, wall = run_cli(["algo=impala", "env=pong", f"env.obs_size={size}",
-                             f"topology={samplers}a1m1l", f"run.max_wall_s={seconds}",
-                             f"algo.batch_size={batch_size}",
-                             "run.report_every_s=5"], run_dir, timeout_s=seconds + 300)
-    # Rates from the first record on, so actor start-up is left out.
-    first, last = (records[0], records[-1]) if len(records) > 1 else (None, records[-1])
-    base = first or {"wall_s": 0.0, "env_steps_consumed": 0, "env_steps": 0}
-    span = last["wall_s"] - base["wall_s"]
-    consumed = last["env_steps_consumed"] - base["env_steps_consumed"]
-    sampled = last["env_steps"] - base["env_steps"]
-    steady = records[1:] or records
-    return {"obs_size": size, "samplers": samplers, "consumed_per_s": consumed / span,
-            "sampled_per_s": sampled / span, "updates_per_s": sum(r["updates_per_s"] for r in steady) / len(steady),
-            "policy_lag_mean": sum(r["policy_lag_mean"] or 0 for r in steady) / len(steady),
-            "learner_busy": sum(r["learner_busy"] for r in steady) / len(steady),
-            "dropped_fragments": records[-1]["dropped_fragments"], "process_wall_s": wall}
+GOAL = 2500
+AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+KINDS = {"ray::SamplerWorker": "samplers", "ray::LearnerWorker": "learners",
+         "ray::AsyncMemoryWorker": "memories", "ray::ParameterServerWorker": "parameter server",
+         "raylet": "ray (raylet, gcs, dashboard)", "gcs_server": "ray (raylet, gcs, dashboard)",
+         "dashboard": "ray (raylet, gcs, dashboard)", "-m walle_ray": "driver"}
 
 
-def plot(points: list[dict]) -> None:
-    import matplotlib
+def cpu_by_kind(seconds: float) -> dict[str, float]:
+    """CPUs each kind of process used over ``seconds`` (a share of one CPU each)."""
+    import psutil
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def snap():
+        out = {}
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                cmd = " ".join(p.info["cmdline"] or [])
+                kind = next((k for key, k in KINDS.items() if key in cmd), None)
+                if kind:
+                    t = p.cpu_times()
+                    out[p.pid] = (kind, t.user + t.system)
+            except psutil.Error:
+                pass
+        return out
+    before = snap()
+    time.sleep(seconds)
+    after = snap()
+    used: dict[str, float] = {}
+    for pid, (kind, cpu) in after.items():
+        if pid in before:
+            used[kind] = used.get(kind, 0.0) + (cpu - before[pid][1]) / seconds
+    return {k: round(v, 3) for k, v in sorted(used.items())}
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for size in sorted({p["obs_size"] for p in points}):
-        pts = [p for p in points if p["obs_size"] == size]
-        ax.plot([p["samplers"] for p in pts], [p["consumed_per_s"] for p in pts], "o-",
-                label=f"{size}x{size}")
-    ax.axhline(TARGET_42, ls="--", c="gray", label="target (42x42)")
-    ax.set_xlabel("samplers")
-    ax.set_ylabel("agent steps/s consumed by the learner")
-    ax.set_title("IMPALA Pong throughput, 2 CPU cores")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "impala_pong_throughput.png", dpi=100)
+
+def as_typed(topology: str, seconds: float, env: dict) -> dict:
+    """One run of the headline command; its steady rates and the CPU of each process kind."""
+    from walle_ray.logging.metrics import read_metrics
+
+    run_dir = ROOT / "runs" / f"bench_pong_throughput_{topology}"
+    cmd = [sys.executable, "-m", "walle_ray", "algo=impala", "env=pong", f"topology={topology}",
+           f"run.max_wall_s={seconds}", "run.report_every_s=5", f"hydra.run.dir={run_dir}",
+           "logger.progress=off"]
+    print("$", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    shares: dict = {}
+    sampler = threading.Thread(target=lambda: (time.sleep(min(60.0, seconds / 2)),
+                                               shares.update(cpu_by_kind(20.0))))
+    sampler.start()
+    proc.wait(timeout=seconds + 600)
+    sampler.join()
+    records = read_metrics(run_dir / "metrics.jsonl")
+    steady = [r for r in records if r["wall_s"] >= 45]
+    base = next(r for r in reversed(records) if r["wall_s"] < 45)
+    span = steady[-1]["wall_s"] - base["wall_s"]
+    rate = lambda key: (steady[-1][key] - base[key]) / span  # noqa: E731
+    return {"topology": topology, "agent_steps_per_s": rate("env_steps"),
+            "learner_steps_per_s": rate("env_steps_consumed"),  # fresh and replayed
+            "updates_per_s": rate("updates"),
+            "policy_lag_mean": statistics.mean(r["policy_lag_mean"] or 0 for r in steady),
+            "learner_busy": statistics.mean(r["learner_busy"] for r in steady),
+            "first_update_s": next((r["first_update_s"] for r in records if "first_update_s" in r),
+                                   None),
+            "cpu_by_process_kind": shares, "cpu_total": round(sum(shares.values()), 3)}
+
+
+def parts_alone(seconds: float) -> dict:
+    """Each part of the hot path alone on one core, with the preset's settings."""
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from walle_ray.algos import algorithm_for
+    from walle_ray.batch import Rollout
+    from walle_ray.config import CONF_DIR, register_configs
+    from walle_ray.envs import env_spaces
+    from walle_ray.envs.atari import ale_game_name
+    from walle_ray.learners import Learner
+    from walle_ray.learners.collective import Collective
+    from walle_ray.runtime.allocator import keep_freed_memory
+    from walle_ray.topology import parse_topology
+
+    torch.set_num_threads(1)
+    keep_freed_memory()
+    register_configs()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["algo=impala", "env=pong", "topology=2a1m1l"])
+    e, n = cfg.env, cfg.env.envs_per_sampler
+    out = {"obs_size": e.obs_size, "envs_per_sampler": n, "batch_size": cfg.algo.batch_size,
+           "fragment_length": cfg.algo.fragment_length}
+
+    def timed(step, count: int) -> float:
+        step()
+        done, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            step()
+            done += count
+        return done / (time.perf_counter() - t0)
+
+    import ale_py
+
+    ale = ale_py.AtariVectorEnv(ale_game_name(e.id), n, num_threads=1, img_height=e.obs_size,
+                                img_width=e.obs_size, grayscale=True, stack_num=e.frame_stack,
+                                frameskip=e.frame_skip, repeat_action_probability=0.0)
+    ale.reset(seed=0)
+    rng = np.random.default_rng(0)
+    out["ale_steps_per_s_1_thread"] = timed(lambda: ale.step(rng.integers(0, 6, n)), n)
+    ale.close()
+    try:
+        import envpool
+
+        for threads, envs in ((1, n), (2, 2 * n)):
+            pool = envpool.make("Pong-v5", env_type="gymnasium", num_envs=envs, batch_size=envs,
+                                num_threads=threads, img_height=e.obs_size, img_width=e.obs_size,
+                                stack_num=e.frame_stack, frame_skip=e.frame_skip,
+                                repeat_action_probability=0.0, episodic_life=False,
+                                reward_clip=True)
+            pool.reset()
+            out[f"envpool_steps_per_s_{threads}_thread"] = timed(
+                lambda: pool.step(rng.integers(0, 6, envs)), envs)
+            pool.close()
+        out["envpool_version"] = envpool.__version__
+    except ImportError:
+        out["envpool_version"] = None  # an optional extra: pip install envpool
+
+    topo = parse_topology(cfg.topology.spec)
+    algo = algorithm_for(cfg.algo)
+    cls, args, kwargs = algo.sampler_spec(cfg, topo, 0)
+    sampler = cls(*args, **kwargs)
+    obs_space, action_space = env_spaces(cfg.env)
+    version, weights = Learner(cfg, obs_space, action_space).weights()
+    sampler.set_weights(weights, version)
+    out["sampler_steps_per_s"] = timed(sampler.collect, cfg.algo.fragment_length * n)
+    fragments = [sampler.collect()[0] for _ in range(-(-cfg.algo.batch_size // n))]
+    sampler.close()
+
+    model = algo.make_model(obs_space, action_space, cfg).eval()
+    obs = torch.from_numpy(fragments[0].obs_t[0])
+    with torch.inference_mode():
+        out["forward_us_per_obs"] = 1e6 / timed(lambda: model(obs), len(obs))
+
+    model = algo.make_model(obs_space, action_space, cfg)
+    update = algo.make_update(cfg, model, Collective(), torch.device("cpu"))
+    from walle_ray.batch import concat_rollouts
+
+    batch = concat_rollouts(fragments).rows(slice(0, cfg.algo.batch_size))
+    batch = Rollout(**{**batch.__dict__, "replayed_b": np.arange(cfg.algo.batch_size) % 2 == 1})
+    out["learner_rows_per_s"] = timed(lambda: update.update([batch], 0), batch.num_steps)
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--samplers", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--sizes", type=int, nargs="+", default=[42, 84])
-    p.add_argument("--seconds", type=float, default=60.0)
-    p.add_argument("--batch-size", type=int, default=32, help="rows of 20 steps per learner batch")
+    p.add_argument("--topologies", nargs="*", default=["2a1m1l", "32a4m4l"])
+    p.add_argument("--seconds", type=float, default=120.0)
+    p.add_argument("--part-seconds", type=float, default=5.0)
+    p.add_argument("--isa", choices=("native", "avx2"), default="native")
+    p.add_argument("--name", default=None)
     args = p.parse_args()
-    points = [measure(size, n, args.seconds, args.batch_size)
-              for size in args.sizes for n in args.samplers]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    plot(points)
-    best_42 = max((p["consumed_per_s"] for p in points if p["obs_size"] == 42), default=0.0)
-    write_result("impala_pong_throughput", {
-        "command": "python benchmarks/impala_pong_throughput.py " + " ".join(
-            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-            for k, v in vars(args).items()),
-        "target": {"obs_42_consumed_per_s": TARGET_42},
-        "references": {"ale_alone_2_threads": 6700, "conv42_training_samples_per_s": 10000,
-                       "rllib_impala_pong_84_2_runners": 85},
-        "points": points, "best_42_consumed_per_s": best_42, "met_target": best_42 >= TARGET_42,
+    env = dict(os.environ)
+    if args.isa == "avx2":
+        env.update(AVX2)
+        os.environ.update(AVX2)  # this process's parts too (set before torch is imported)
+    name = args.name or "impala_pong_throughput" + ("_avx2" if args.isa == "avx2" else "")
+    parts = parts_alone(args.part_seconds)
+    print(json.dumps(parts), flush=True)
+    runs = [as_typed(t, args.seconds, env) for t in args.topologies]
+    for r in runs:
+        print(json.dumps(r), flush=True)
+    # Two cores' worth of the parts: a fresh agent step costs a sampler step and, with a
+    # replayed share, 1 / fresh-share rows of learning.
+    from hydra import compose, initialize_config_dir
+
+    from walle_ray.config import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["algo=impala", "env=pong"])
+    fresh = sum(r.ratio for r in cfg.algo.replay if r.type == "queue") or 1.0
+    per_step_s = 1 / parts["sampler_steps_per_s"] + 1 / (fresh * parts["learner_rows_per_s"])
+    bound = 2 / per_step_s
+    best = max(r["agent_steps_per_s"] for r in runs)
+    write_result(name, {
+        "command": "python benchmarks/impala_pong_throughput.py " + " ".join(sys.argv[1:]),
+        "isa": args.isa, "goal": {"agent_steps_per_s": GOAL},
+        "parts_alone_one_core": parts, "as_typed": runs,
+        "two_cores_of_the_parts_alone": bound,
+        "best_agent_steps_per_s": best, "met_goal": best >= GOAL,
     })
 
 

@@ -190,8 +190,9 @@ def test_a_fleet_without_samplers_learns_from_its_memories(monkeypatch):
 
 @pytest.mark.parametrize("algo", ["impala", "ppo"])
 def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo):
-    """On 2 CPUs, 4a2m2l runs as 2 sampler processes of 2 samplers each, and one learner
-    process for both shards; every logical sampler reports, and the run learns."""
+    """On 2 CPUs, 4a2m2l runs as 2 sampler processes of 2 samplers each, one memory process
+    and one learner process for both shards; every logical sampler reports, and the run
+    learns."""
     import json
 
     from conftest import run_cli
@@ -200,8 +201,8 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
              else ["algo.batch_size=256", "algo.minibatch_size=32", "run.total_env_steps=2048"])
     out = run_cli(f"algo={algo}", "topology=4a2m2l", "run.ray_num_cpus=2", "~preset",
                   "logger.progress=line", f"hydra.run.dir={tmp_path}", *extra, timeout=240).stdout
-    assert ("4 samplers in 2 processes (2 each), 2 memories in 2 processes, 2 learners in "
-            "1 process (2 each) (topology.pack=auto)") in out
+    assert ("4 samplers in 2 processes (2 each), 2 memories in 1 process (2 each), 2 learners "
+            "in 1 process (2 each) (topology.pack=auto)") in out
     assert "stopped (budget)" in out
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["env_steps"] >= 2048 and records[-1]["faults/sampler_restarts"] == 0
@@ -225,14 +226,16 @@ def test_a_learner_takes_the_idle_samplers_cpus_in_a_synchronous_loop(overrides,
 
 
 @pytest.mark.parametrize("spec, cpus, learner_cpus, threads", [
-    ("32a4m4l", 2, None, 2),  # 4 shards in one process: a thread each, as many as the CPUs
-    ("32a4m4l", 8, None, 2),  # 2 processes of 2 shards
-    ("8a2m2l", 2, None, 2),
+    ("32a4m4l", 2, None, 1),  # 4 shards in one process: one update's rows, one learner's CPU
+    ("32a4m4l", 8, None, 1),  # 2 processes of 2 shards
+    ("8a2m2l", 2, None, 1),
     ("2a1m1l", 2, None, 1),  # one shard: its own CPU
     ("32a4m4l", 64, None, 1),  # a CPU for every role: one process per shard
-    ("32a4m4l", 8, 3.0, 3),  # more CPUs asked for (topology.learner_cpus) than shards
+    ("32a4m4l", 8, 3.0, 3),  # more CPUs asked for (topology.learner_cpus)
 ])
-def test_a_packed_asynchronous_learner_runs_a_thread_per_shard(spec, cpus, learner_cpus, threads):
+def test_an_asynchronous_learner_runs_the_threads_of_its_cpus(spec, cpus, learner_cpus, threads):
+    """A packed process's update takes the rows one learner's would (``algo.batch_size`` is
+    the whole update's), so it runs the threads of the CPUs it asked for, not one per shard."""
     from walle_ray.runtime.ray_fleet import learner_threads
     from walle_ray.topology import plan_packing
 

@@ -72,10 +72,15 @@ def cfg(*specs, batch=8):
 ])
 def test_bad_mixes_are_refused(specs, message):
     with pytest.raises(ConfigError, match=message):
-        check_replay(cfg(*specs))
+        check_replay(cfg(*specs), 8)
 
 
-def test_default_capacity_is_four_batches():
-    specs = buffer_specs(cfg({"type": "queue", "ratio": 0.25}, {"type": "uniform", "ratio": 0.75,
-                                                                  "capacity": 100}))
-    assert [s.capacity for s in specs] == [32, 100]
+def test_capacities_are_the_runs_split_across_memories_and_fit_a_fragment():
+    mix = cfg({"type": "queue", "ratio": 0.25}, {"type": "uniform", "ratio": 0.75, "capacity": 100,
+                                                 "start_rows": 50})
+    # Capacity 0: four batches of the type's rows (2 of 8), at least a fragment beside them.
+    assert [s.capacity for s in buffer_specs(mix, 8, 4)] == [8, 100]
+    assert [s.capacity for s in buffer_specs(mix, 8, 8)] == [10, 100]
+    # Four memories (a batch of 8 over 4 learners: 2 rows each) share the 100 rows.
+    specs = buffer_specs(mix, 2, 8, memories=4)
+    assert [s.capacity for s in specs] == [8, 25] and specs[1].start_rows == 13

@@ -154,3 +154,42 @@ def test_a_learners_state_is_plain_cpu_tensors():
     assert set(state) == {"model", "update", "version"}
     nested = to_cpu({"a": [torch.zeros(2), (torch.ones(1), 3)], "b": "x"})
     assert isinstance(nested["a"][1], tuple) and nested["a"][1][1] == 3 and nested["b"] == "x"
+
+
+def test_one_update_is_the_same_however_many_learners_share_it():
+    """``algo.batch_size`` (and PPO's ``algo.minibatch_size``) count the rows of a whole
+    update: with L learners each memory serves its learner 1/L of them, and a learner
+    process holding all L shards makes the very step one learner makes on all the rows."""
+    import pytest
+
+    from walle_ray.algos.impala import memory_spec as impala_memory
+    from walle_ray.algos.replay import replay_memory_spec
+    from walle_ray.config import ConfigError, validate
+    from walle_ray.runtime.ray_fleet import packed_cfg
+
+    one = make_cfg("algo=impala", "algo.batch_size=8", "algo.optimizer=adam", "algo.lr=1e-2",
+                   "topology=2a1m1l")
+    four = make_cfg("algo=impala", "algo.batch_size=8", "algo.optimizer=adam", "algo.lr=1e-2",
+                    "topology.spec=8a4m4l")
+    assert impala_memory(one, 0)[1][1] == 8 and impala_memory(four, 3)[1][1] == 2
+    obs_space, action_space = env_spaces(one.env)
+    sampler = fragment_sampler(OmegaConf.to_object(one.env), OmegaConf.to_object(one.model),
+                               8, 0.99, 0, 0)
+    rows = concat_rollouts([sampler.collect()[0] for _ in range(2)])  # 8 rows
+    single, packed = Learner(one, obs_space, action_space), Learner(packed_cfg(four, 4), obs_space,
+                                                                  action_space)
+    single.update([rows], env_steps=0)
+    packed.update([rows.rows(slice(2 * k, 2 * k + 2)) for k in range(4)], env_steps=0)
+    want = single.model.get_weights()
+    for key, value in packed.model.get_weights().items():
+        np.testing.assert_allclose(value, want[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+    # PPO: a learner of two takes half of each minibatch; one process for both, all of it.
+    ppo = make_cfg("algo=ppo", "algo.minibatch_size=64", "topology.spec=4a2m2l")
+    assert packed_cfg(ppo, 1).algo.minibatch_size == 32
+    assert packed_cfg(ppo, 2).algo.minibatch_size == 64
+    # Replay shards serve their learner its share of the transitions.
+    apex = make_cfg("algo=apex", "algo.batch_size=512", "topology.spec=8a4m4l")
+    assert replay_memory_spec(apex, 0)[1][1] == 128
+    with pytest.raises(ConfigError, match="do not split evenly across 3 learners"):
+        validate(make_cfg("algo=impala", "algo.batch_size=8", "topology.spec=6a3m3l"))

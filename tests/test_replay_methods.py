@@ -252,7 +252,7 @@ def algo(*specs, batch=8):
 ])
 def test_bad_ranking_settings_are_refused(spec, message):
     with pytest.raises(ConfigError, match=message):
-        check_replay(algo({"type": "queue", "ratio": 0.5}, {"ratio": 0.5, **spec}))
+        check_replay(algo({"type": "queue", "ratio": 0.5}, {"ratio": 0.5, **spec}), 8)
 
 
 def test_user_networks_rank_by_kl_only_and_a_queue_alone_is_not_snapshotted(on_path):

@@ -107,7 +107,7 @@ def sampler_report(i, env_s, act_s, put_wait_s=0.0, **extra):
 def test_accumulated_reports_make_the_figures_and_the_paragraph():
     times = RunTimes({"algo": "impala", "env": "cartpole", "topology": "2a2m1l",
                       "loop": "async", "local": False, "learners": 1, "feeders": [1, 1]},
-                     memory_of_sampler=lambda i: i % 2)
+                     memories_of_sampler=lambda i: [i % 2])
     for _ in range(3):
         times.add_sampler(sampler_report(0, env_s=0.5, act_s=0.1, put_wait_s=0.4))
         times.add_sampler(sampler_report(1, env_s=0.5, act_s=0.1, put_wait_s=0.4,
@@ -126,14 +126,17 @@ def test_accumulated_reports_make_the_figures_and_the_paragraph():
     assert m1["fragments_in"] == 12 and m1["served_rows"] == 0
     assert report["summary"].startswith("walle_ray: where the time went (impala cartpole 2a2m1l,")
     assert "the 2 samplers spent 50% of their time in env steps" in report["summary"]
-    assert report["summary"].endswith(f"Advice: {report['advice']}.")
+    paragraph, cost = report["summary"].splitlines()
+    assert paragraph.endswith(f"Advice: {report['advice']}.")
+    assert cost == ("walle_ray: time and cost: no milestone reached; the run: 0.0 min, "
+                    "0.00 core-hours")
 
 
 def test_each_learner_process_has_its_own_figures():
     """Two learner processes (learner-0,1 packed, learner-2,3 packed): a slow one shows."""
     times = RunTimes({"algo": "impala", "env": "pong", "topology": "8a4m4l", "loop": "async",
                       "local": False, "learners": 4, "feeders": [2, 2, 2, 2]},
-                     memory_of_sampler=lambda i: i % 4)
+                     memories_of_sampler=lambda i: [i % 4])
     for _ in range(2):
         times.add_learner({"learner": "0,1", "updates": 4, "train_s": 1.0, "batch_wait_s": 0.1,
                            "sync_wait_s": 0.0})
@@ -191,7 +194,7 @@ def report_of(run_dir, out: str) -> dict:
     """The run's report.json, after checking that the run printed its paragraph and that
     ``python -m walle_ray.report`` prints the same one."""
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["summary"] in out.splitlines()
+    assert all(line in out.splitlines() for line in report["summary"].splitlines())
     again = subprocess.run([sys.executable, "-m", "walle_ray.report", str(run_dir)], cwd=ROOT,
                            capture_output=True, text=True, timeout=60, check=True)
     assert again.stdout.strip() == report["summary"]
@@ -225,7 +228,8 @@ def test_a_large_batch_on_a_small_net_is_learner_bound(tmp_path):
 
 def test_a_memory_without_samplers_starves_the_run(tmp_path):
     run_dir = tmp_path / "run"
-    out = run_cli("algo=impala", "env=cartpole", "topology=1a2m2l", "run.max_wall_s=15",
+    out = run_cli("algo=impala", "env=cartpole", "topology=1a2m2l", "env.envs_per_sampler=1",
+                  "run.max_wall_s=15",
                   "run.report_every_s=2", "run.total_env_steps=10000000",
                   f"hydra.run.dir={run_dir}", *FAST, timeout=180).stdout
     report = report_of(run_dir, out)

@@ -84,12 +84,13 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
     t = parse_topology("32a4m4l")
     two = plan_packing(t, 2)
     assert two.samplers == (tuple(range(0, 32, 2)), tuple(range(1, 32, 2)))
-    assert two.memories == ((0, 2), (1, 3)) and two.learners == ((0, 1, 2, 3),)
-    assert two.packed and two.processes(t) == parse_topology("2a2m1l")
-    assert two.describe(t) == ("32 samplers in 2 processes (16 each), 4 memories in 2 processes "
-                               "(2 each), 4 learners in 1 process (4 each)")
+    assert two.memories == ((0, 1, 2, 3),) and two.learners == ((0, 1, 2, 3),)
+    assert two.packed and two.processes(t) == parse_topology("2a1m1l")
+    assert two.describe(t) == ("32 samplers in 2 processes (16 each), 4 memories in 1 process "
+                               "(4 each), 4 learners in 1 process (4 each)")
     eight = plan_packing(t, 8)
     assert len(eight.samplers) == 8 and eight.learners == ((0, 2), (1, 3))  # equal shards each
+    assert eight.memories == ((0,), (1,), (2,), (3,))  # a memory process per 2 sampler processes
     # a CPU for each sampler and learner, or pack=off: one process per role
     assert not plan_packing(t, 64).packed and not plan_packing(t, 2, "off").packed
     assert len(plan_packing(t, 2, 4).samplers) == 4  # a number of sampler processes

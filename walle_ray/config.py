@@ -7,6 +7,7 @@ that types cannot express.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,10 @@ class RunConfig:
     max_wall_s: Optional[float] = None  # stop after this many seconds of wall clock
     stop_at_return: Optional[float] = None  # stop once the windowed mean return reaches this
     return_window: int = 20  # episodes in the mean return that is reported and compared
+    # Returns whose first crossing (the windowed mean) the run records with its wall minutes,
+    # agent steps and core-hours so far; run.stop_at_return is always one. Shipped envs set
+    # their own (conf/env/*.yaml), e.g. [0, 10, 17, 20] for Pong
+    milestones: List[float] = field(default_factory=list)
     checkpoint_every: int = 25  # iterations between checkpoints (one is always written at the end)
     resume: Optional[str] = None  # run directory to continue from its last checkpoint
     checkpoint: Optional[str] = None  # checkpoint file for mode=eval
@@ -309,6 +314,8 @@ def validate(cfg: DictConfig, algorithm: bool = True) -> None:
     _require(cfg.run.max_wall_s is None or cfg.run.max_wall_s > 0, "run.max_wall_s",
              "must be positive (or null for no limit)")
     _require(cfg.run.return_window > 0, "run.return_window", "must be positive")
+    _require(all(math.isfinite(m) for m in cfg.run.milestones), "run.milestones",
+             f"got {list(cfg.run.milestones)}; list finite returns, e.g. [0, 10, 17]")
     _require(cfg.run.report_every_s > 0, "run.report_every_s", "must be positive")
     _require(cfg.run.role_timeout_s > 0, "run.role_timeout_s", "must be positive")
     _require(cfg.run.max_restarts >= 0, "run.max_restarts", "must be zero or positive")

@@ -322,13 +322,56 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
         "silent_samplers": {str(i): s for i, s in (silent or {}).items()
                             if s >= max(SILENT_MIN_S, SILENT_SHARE * wall)},
         "verdict": verdict, "advice": advice, "totals": totals,
+        "milestones": dict(counters.get("milestones", {})), "cost": run_cost(counters),
     }
     report["summary"] = summary(report)
     return report
 
 
+def score_key(score: float) -> str:
+    """A milestone's name in records and summaries (``run.milestones``): 17.0 -> '17'."""
+    return f"{score:g}"
+
+
+def describe_milestone(score: float, entry: dict) -> str:
+    """'reached 17 after 13.2 min, 2.41M agent steps, 0.44 core-hours'."""
+    steps = entry["agent_steps"]
+    count = (f"{steps / 1e6:.2f}M" if steps >= 1e6 else f"{steps / 1e3:.1f}k" if steps >= 1e3
+             else str(steps))
+    text = (f"reached {score_key(score)} after {entry['minutes']:.1f} min, {count} agent steps, "
+            f"{hours(entry['core_hours'])} core-hours")
+    if entry.get("gpu_hours"):
+        text += f", {hours(entry['gpu_hours'])} GPU-hours"
+    return text
+
+
+def hours(h: float) -> str:
+    """0.4412 -> '0.44', 0.01234 -> '0.012': two decimals, or two digits below 0.1."""
+    return f"{h:.2f}" if h >= 0.1 or h == 0 else f"{h:.2g}"
+
+
+def cost_line(milestones: dict, cost: dict) -> str:
+    """The milestones a run reached, in order of score, and what the whole run took:
+    'reached 0 after ...; reached 17 after ...; the run: 14.0 min, 0.47 core-hours'."""
+    whole = f"the run: {cost['minutes']:.1f} min, {hours(cost['core_hours'])} core-hours"
+    if cost.get("gpu_hours"):
+        whole += f", {hours(cost['gpu_hours'])} GPU-hours"
+    reached = [describe_milestone(float(k), v)
+               for k, v in sorted(milestones.items(), key=lambda kv: float(kv[0]))]
+    return "; ".join(reached + [whole]) if reached else f"no milestone reached; {whole}"
+
+
+def run_cost(counters: dict) -> dict:
+    """What the whole run took (``runtime/milestones.py`` keeps it in the counters): wall
+    minutes since its command started, core-hours, GPU-hours."""
+    return {"minutes": counters.get("command_s", 0.0) / 60,
+            "core_hours": counters.get("core_s", 0.0) / 3600,
+            "gpu_hours": counters.get("gpu_s", 0.0) / 3600}
+
+
 def summary(report: dict) -> str:
-    """The one paragraph printed at the end of a run and by ``python -m walle_ray.report``."""
+    """The paragraph printed at the end of a run and by ``python -m walle_ray.report``, and
+    a line of its time and cost to each milestone."""
     run, s, lr, it = report["run"], report["samplers"], report["learners"], report["iterations"]
     over = f" over {run['segments']} runs" if run["segments"] > 1 else ""
     text = (f"walle_ray: where the time went ({run['algo']} {run['env']} {run['topology']}, "
@@ -363,7 +406,10 @@ def summary(report: dict) -> str:
         text += (f"; {names} sent no report for the last {max(silent.values()):.0f} s (a call "
                  "that never returned: blocked on a full memory or on weights; its figures "
                  "count only the calls that did)")
-    return text + f". Advice: {report['advice']}."
+    text += f". Advice: {report['advice']}."
+    if "cost" in report:  # reports from before time and cost to a score have none
+        text += f"\nwalle_ray: time and cost: {cost_line(report.get('milestones', {}), report['cost'])}"
+    return text
 
 
 def _role(n: int | None, role: str) -> tuple[str, str]:

@@ -43,6 +43,23 @@ class Topology:
         """Sampler i writes to memory i mod M."""
         return i % self.memories
 
+    def routes(self, i: int, rows: int | None = None) -> list[tuple[int, slice | None]]:
+        """Where sampler i's fragments go, as (memory, the rows it takes; None: all): whole to
+        memory i mod M, or, given the fragments' ``rows`` (env columns, which an algorithm
+        may deal: ``Algorithm.deals_rows``), row j to memory (i + j) mod M. Dealt, every
+        memory gets a share of every sampler's data as it comes, and no memory waits for a
+        whole fragment: a learner of 4 taking 2 rows per update is fed 2 rows at a time by
+        each sampler process, as a single learner taking 8 is fed 8 (docs/algorithms.md,
+        "One update, however many learners")."""
+        m = self.memories
+        if rows is None or m == 1:
+            return [(i % m, None)]
+        return [((i + r) % m, slice(r, None, m)) for r in range(min(rows, m))]
+
+    def memories_of_sampler(self, i: int, rows: int | None = None) -> list[int]:
+        """The memories sampler i writes to (``routes``)."""
+        return [k for k, _ in self.routes(i, rows)]
+
 
 def parse_topology(spec: str) -> Topology:
     """Parse a topology string; raises ConfigError that shows the grammar. Whether a run may
@@ -174,7 +191,7 @@ def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
 
     ``off``: one process per role. ``auto``: the same when the cluster has a CPU for each
     sampler and learner; else samplers share as many processes as the cluster has whole
-    CPUs, memories as many as the samplers' processes, and CPU learners a quarter of the
+    CPUs, memories half as many as the samplers' processes, and CPU learners a quarter of the
     CPUs (GPU learners keep one process each). A number N packs samplers into N processes and
     memories into at most N, learners as ``auto``. Learner shards are packed only in equal
     numbers per process (so the mean of the processes' gradients is the mean over every
@@ -186,7 +203,10 @@ def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
         sampler_procs, memory_procs, learner_procs = topo.samplers, topo.memories, topo.learners
     else:
         sampler_procs = cpus if pack == "auto" else int(pack)
-        memory_procs = min(topo.memories, max(1, min(sampler_procs, topo.samplers)))
+        # A memory process serves two sampler processes: every process a sampler or learner
+        # talks to costs it a call per fragment or update (docs/performance.md, "Fewer calls
+        # for packed roles").
+        memory_procs = min(topo.memories, max(1, min(sampler_procs, topo.samplers) // 2))
         learner_procs = topo.learners
         if learner_gpus <= 0 and packs_learners:
             learner_procs = _divisor_at_most(topo.learners, max(1, cpus // 4))

@@ -73,6 +73,9 @@ class Algorithm:
     eval_policy: Callable[..., Any] = None  # type: ignore[assignment]
     packed_learner: Optional[Callable[[DictConfig, int], DictConfig]] = None
     recurrent: bool = False  # its updates unroll a recurrent core (model.core)
+    # Its fragments are rows of env columns that may be dealt across the memories
+    # (``Topology.routes``): IMPALA's, whose memories serve rows to their learners
+    deals_rows: bool = False
     stores_encodings: Callable[[DictConfig], bool] = lambda cfg: False
 
     def __post_init__(self) -> None:
@@ -240,6 +243,33 @@ def role_sections(cfg) -> SimpleNamespace:
 def configured_fragment_length(cfg, topo) -> int:
     """``algo.fragment_length`` as configured (asynchronous and replay-based algorithms)."""
     return cfg.algo.fragment_length
+
+
+def learner_batch(cfg) -> int:
+    """Rows (IMPALA), transitions (replay) or recorded steps (BC, MARWIL) each learner shard
+    takes per update. ``algo.batch_size`` is the whole update's, split evenly across the
+    topology's L learners, whose all-reduce averages the gradient over all of them: adding
+    learners spreads an update's work without changing what it learns (docs/algorithms.md,
+    "One update, however many learners"). ``check_learner_batch`` refuses a batch that L
+    does not divide."""
+    from walle_ray.topology import parse_topology
+
+    return cfg.algo.batch_size // parse_topology(cfg.topology.spec).learners
+
+
+def check_learner_batch(cfg, unit: str = "rows") -> None:
+    """``algo.batch_size`` splits into whole ``unit`` for every learner of the topology."""
+    from walle_ray.config import ConfigError
+    from walle_ray.topology import parse_topology
+
+    learners, n = parse_topology(cfg.topology.spec).learners, cfg.algo.batch_size
+    if n % learners:
+        whole = [d for d in range(1, n + 1) if n % d == 0 and d <= max(8, learners)]
+        raise ConfigError(
+            f"algo.batch_size: {n} {unit} per update do not split evenly across "
+            f"{learners} learners; use a multiple of {learners} (e.g. "
+            f"algo.batch_size={n + learners - n % learners}), or {', '.join(map(str, whole))} "
+            "learners")
 
 
 def require_algo(checks: list[tuple[bool, str, str]]) -> None:

@@ -61,8 +61,10 @@ class Learner:
         metrics = self.update_rule.update(rollouts, env_steps)
         self.version += 1
         # Recorded data (``OfflineBatch``) was acted by no version of these weights: no lag.
-        lags = np.concatenate([self.version - 1 - r.version_b for r in rollouts
+        # Replayed rows are old by design; the lag of the fresh rows is the pipeline's.
+        lags = np.concatenate([fresh_lags(r, self.version - 1) for r in rollouts
                                if getattr(r, "version_b", None) is not None] or [np.zeros(1)])
+        lags = lags if len(lags) else np.zeros(1)
         # sync_wait_s: time in the all-reduces since the last update, the caller's (a train
         # call's "has every learner a batch?") included, so the bottleneck report sees it all.
         metrics.update(version=self.version, policy_lag_mean=float(lags.mean()),
@@ -89,6 +91,14 @@ class Learner:
 
     def close(self) -> None:
         self.collective.close()
+
+
+def fresh_lags(batch, version: int) -> np.ndarray:
+    """Policy versions between the weights that acted each row and ``version``, over the rows
+    that were not replayed (all rows of a batch that marks none: ``replayed_b``)."""
+    lags = version - np.asarray(batch.version_b)
+    replayed = getattr(batch, "replayed_b", None)
+    return lags if replayed is None else lags[~np.asarray(replayed, bool)]
 
 
 def to_cpu(tree):

@@ -74,6 +74,12 @@ class Sinks:
         for sink in self.sinks:
             sink.write(record)
 
+    def summary(self, values: dict) -> None:
+        """The run's end figures (milestones, cost) for the sinks that keep a summary."""
+        for sink in self.sinks:
+            if hasattr(sink, "summary"):
+                sink.summary(values)
+
     @property
     def takes_media(self) -> bool:
         return any(hasattr(sink, "media") for sink in self.sinks)
@@ -140,21 +146,42 @@ class Progress:
         self.off = mode == "off"
         self.every_s = every_s
         self._last = 0.0
+        self.since: tuple[float, int] | None = None  # (wall_s, env_steps) of the first record with new steps
+        self.milestone: tuple[str, float] | None = None  # the highest score reached, its minutes
+
+    def _rate(self, r: dict) -> float:
+        """Env steps/s since the first record that brought any: start-up (Ray, building the
+        roles, the first fragments) is left out, so the rate and the ETA are the run's pace.
+        NaN until a second such record."""
+        if self.since is None:
+            if (r.get("env_steps_per_s") or 0) > 0:
+                self.since = (r["wall_s"], r["env_steps"])
+            return float("nan")
+        wall, steps = r["wall_s"] - self.since[0], r["env_steps"] - self.since[1]
+        return steps / wall if wall > 0 else float("nan")
 
     def update(self, r: dict, force: bool = False) -> None:
         if self.off:
             return
-        rate = r.get("env_steps_per_s_avg") or float("nan")
-        eta = (self.total - r["env_steps"]) / rate if rate and rate > 0 else float("nan")
+        rate = self._rate(r)
+        eta = (self.total - r["env_steps"]) / rate if rate > 0 else float("nan")
+        for key in r:
+            if key.startswith("milestones/") and key.endswith("/minutes"):
+                score = key.split("/")[1]
+                if self.milestone is None or float(score) > float(self.milestone[0]):
+                    self.milestone = (score, r[key])
         ret = r.get("return")
         ret_text = "—" if ret is None or not math.isfinite(ret) else f"{ret:.1f}"
         if "updates_per_s" in r:  # asynchronous: learner rate and policy lag
             detail = f"{r['updates_per_s']:.1f} updates/s | lag {r['policy_lag_mean']:.1f}"
         else:  # synchronous: WALL-E's collection vs learning split
             detail = f"collect {r['collect_share']:.0%} learn {r['learn_share']:.0%}"
+        rate_text = _fmt_count(rate) if math.isfinite(rate) else "—"
         line = (f"[{self.label}] it {r['iteration']} | steps {_fmt_count(r['env_steps'])}/"
-                f"{_fmt_count(self.total)} | return {ret_text} | {_fmt_count(rate)} steps/s | "
+                f"{_fmt_count(self.total)} | return {ret_text} | {rate_text} steps/s | "
                 f"{detail} | ETA {_fmt_eta(eta)}")
+        if self.milestone is not None:
+            line += f" | reached {self.milestone[0]} at {self.milestone[1]:.1f} min"
         if self.live:
             self.stream.write("\r\033[K" + line)
             self.stream.flush()

@@ -44,6 +44,13 @@ class TensorBoardSink:
                 self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
+    def summary(self, values: dict) -> None:
+        """The run's end figures (milestones, cost) as a text table (``summary``); each
+        milestone's figures are also scalars at the step where it was reached."""
+        rows = "".join(f"| {key} | {value:.4g} |\n" for key, value in sorted(values.items()))
+        self.writer.add_text("summary", "| figure | value |\n|---|---|\n" + rows)
+        self.writer.flush()
+
     def media(self, step: int, images: dict | None = None, videos: dict | None = None) -> None:
         """Each image (a PNG path) under its name at ``step``; videos are left out."""
         if not images:

@@ -71,6 +71,10 @@ class WandbSink:
         self.run.log({k: v for k, v in record.items()
                       if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))})
 
+    def summary(self, values: dict) -> None:
+        """The run's end figures (milestones, cost) in the W&B run's summary."""
+        self.run.summary.update(values)
+
     def media(self, step: int, images: dict | None = None, videos: dict | None = None) -> None:
         """Each image (a PNG path) as a ``wandb.Image`` and each list of MP4 paths as
         ``wandb.Video``s under its name, in one W&B step at ``step`` env steps."""

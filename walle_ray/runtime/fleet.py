@@ -188,6 +188,13 @@ class LocalFleet:
         """Role processes besides the driver: none, every role runs in it."""
         return 0
 
+    def ask_usage(self) -> list:
+        """No role process to ask: the driver's own CPU time is the run's."""
+        return []
+
+    def usage_answers(self, asked: list, timeout_s: float) -> tuple[list[dict], list]:
+        return [], []
+
     def learner_state(self) -> dict:
         return self.learner.state_dict()
 

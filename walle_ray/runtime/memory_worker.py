@@ -20,12 +20,28 @@ Specs = dict  # logical index -> (memory class, args, kwargs)
 
 class Placed:
     """What every role process answers: the id of the Ray node it runs on
-    (``RayFleet.placement``)."""
+    (``RayFleet.placement``), and what it has cost (``usage``)."""
 
     def where(self) -> str:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    def usage(self) -> dict:
+        """This process's cost so far (``runtime/milestones.py``): ``cpu_s``, the CPU time of
+        all its threads (env threads included); ``gpu_s``, the GPUs Ray gave it times its
+        lifetime. ``process`` names it across restarts (node and pid), so a process that
+        died keeps the cost it reported last."""
+        import os
+
+        import psutil
+        import ray
+
+        context = ray.get_runtime_context()
+        gpus = float(context.get_assigned_resources().get("GPU", 0.0))
+        alive_s = time.time() - psutil.Process().create_time()
+        return {"process": f"{context.get_node_id()[:12]}:{os.getpid()}",
+                "cpu_s": time.process_time(), "gpu_s": gpus * alive_s}
 
 
 class AsyncMemoryWorker(Placed):
@@ -102,6 +118,17 @@ class AsyncMemoryWorker(Placed):
         if ranks and (key not in self.ahead or self.ahead[key].done()):
             self.ahead[key] = asyncio.create_task(self._rank_ahead(key))
         return batch
+
+    async def put_many(self, items: list[tuple[Any, int]]) -> float:
+        """``put`` of each (item, key), in one call from a process that writes to several of
+        this process's memories; returns the longest wait."""
+        waits = await asyncio.gather(*(self.put(item, key) for item, key in items))
+        return max(waits, default=0.0)
+
+    async def sample_many(self, keys: list[int], timeout_s: float = 2.0) -> list:
+        """``sample`` of each memory in ``keys`` at once (a learner process reading several
+        of this process's memories asks in one call): a batch or None for each."""
+        return list(await asyncio.gather(*(self.sample(k, timeout_s) for k in keys)))
 
     async def feedback(self, item, key: int) -> int:
         """What an update sends back about the batch this memory served (``Memory.feedback``)."""

@@ -26,11 +26,11 @@ def role_name(role: str, group: tuple[int, ...]) -> str:
 
 
 def packed_cfg(cfg: DictConfig, shards: int) -> DictConfig:
-    """The config a learner process with ``shards`` learner shards runs with
-    (``Algorithm.packed_learner``)."""
-    if shards == 1:
-        return cfg
-    return algorithm_for(cfg.algo).packed_learner(cfg, shards)
+    """The config a learner process with ``shards`` of the learner shards runs with
+    (``Algorithm.packed_learner``; an algorithm whose learners are never packed has one
+    shard in each)."""
+    learner_cfg = algorithm_for(cfg.algo).packed_learner
+    return cfg if learner_cfg is None else learner_cfg(cfg, shards)
 
 
 def role_resources(cfg: DictConfig, role: str) -> dict[str, float]:
@@ -76,20 +76,17 @@ def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
 def learner_threads(cfg: DictConfig, packing: Packing, plan: ResourcePlan) -> int:
     """Torch threads per learner process when ``learner.torch_threads`` is unset: the CPUs
     Ray gives it, and in a synchronous loop without ``algo.overlap`` also its part of the
-    samplers' CPUs, which sit idle while it learns (docs/performance.md, "Overlap or threads").
-    Otherwise (an asynchronous loop, or ``algo.overlap``) a process that packs several
-    learner shards runs at least a thread for each, as many as the cluster has CPUs: the
-    threads the shards would have had in processes of their own, for a batch as many times
-    larger (docs/performance.md, "A packed learner's threads"); each such process counts
-    alone, as the shards' own processes would. A learner never runs more threads than its
-    process may use CPUs (``Learner``)."""
+    samplers' CPUs, which sit idle while it learns (docs/performance.md, "Overlap or
+    threads"). A process that packs several learner shards learns from the rows one learner
+    would (``algo.batch_size`` is the whole update's), so it gets no more threads than that
+    (docs/performance.md, "A packed learner's threads"). A learner never runs more threads
+    than its process may use CPUs (``Learner``)."""
     cpus = plan.learner_cpus
     if algorithm_for(cfg.algo).loop == "sync" and not cfg.algo.get("overlap", False):
         samplers = sum(len(group) for group in packing.samplers)
         cpus += samplers * plan.sampler_cpus / len(packing.learners)
         return max(1, round(cpus))
-    shards = max((len(group) for group in packing.learners), default=1)
-    return max(1, int(cpus), min(shards, int(plan.cluster_cpus)))
+    return max(1, int(cpus))
 
 
 def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:
@@ -176,18 +173,18 @@ class RayFleet:
     def _make_sampler(self, p: int, pin: bool, runtime_env, remote):
         """Sampler process p, running its logical samplers, pulling weights from the parameter
         server (or learner 0), and, for an asynchronous algorithm, pushing into each
-        sampler's memory. Roles are passed by name: an actor handle among the constructor
+        sampler's memories. Roles are passed by name: an actor handle among the constructor
         arguments would tie Ray's restart of the sampler to that handle's lifetime
         (ray-project/ray#53727)."""
         algo = algorithm_for(self.cfg.algo)
+        rows = self.cfg.env.envs_per_sampler if algo.deals_rows else None
         slots = []
         for i in self.packing.samplers[p]:
             cls, args, kwargs = algo.sampler_spec(self.cfg, self.topo, i)
-            memory = None
-            if not self.sync:
-                k = self.topo.memory_of_sampler(i)
-                memory = remote.MemoryRef(self.memory_names[self._memory_process(k)], k)
-            slots.append(remote.SlotSpec(cls, args, kwargs, memory))
+            routes = () if self.sync else tuple(
+                (remote.MemoryRef(self.memory_names[self._memory_process(k)], k), part)
+                for k, part in self.topo.routes(i, rows))
+            slots.append(remote.SlotSpec(cls, args, kwargs, routes))
         source = self.weights_source()
         return remote.RemoteSampler.options(
             name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
@@ -361,12 +358,33 @@ class RayFleet:
 
     def placement(self) -> dict[str, str]:
         """The Ray node (its id) of each role process, by role name (``walle/learner-0``)."""
-        roles = {**dict(zip(self.sampler_names, self.samplers)),
-                 **dict(zip(self.memory_names, self.memories)),
-                 **{role_name("learner", g): lr for g, lr in zip(self.packing.learners, self.learners)},
-                 **({"walle/ps": self.ps} if self.ps is not None else {})}
+        roles = self._roles()
         nodes = self._get([handle.where.remote() for handle in roles.values()], "roles (placement)")
         return dict(zip(roles, nodes))
+
+    def _roles(self) -> dict:
+        """Every role process's handle, by its name (``walle/learner-0``)."""
+        return {**dict(zip(self.sampler_names, self.samplers)),
+                **dict(zip(self.memory_names, self.memories)),
+                **{role_name("learner", g): lr for g, lr in zip(self.packing.learners, self.learners)},
+                **({"walle/ps": self.ps} if self.ps is not None else {})}
+
+    def ask_usage(self) -> list:
+        """A usage call to every role process (``Placed.usage``); the answers come through
+        ``usage_answers``."""
+        return [handle.usage.remote() for handle in self._roles().values()]
+
+    def usage_answers(self, asked: list, timeout_s: float) -> tuple[list[dict], list]:
+        """(the answers among ``asked`` that came within ``timeout_s``, the calls still in
+        flight). A process that died or is restarting answers nothing."""
+        ready, waiting = self.ray.wait(asked, num_returns=len(asked), timeout=timeout_s)
+        answers = []
+        for ref in ready:
+            try:
+                answers.append(self.ray.get(ref))
+            except self.ray.exceptions.RayError:
+                pass
+        return answers, waiting
 
     def processes(self) -> int:
         """Role processes: samplers, memories, learners and the parameter server."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,12 +61,13 @@ class MemoryRef:
 @dataclass(frozen=True)
 class SlotSpec:
     """One logical sampler of a sampler process: the class and arguments the algorithm names
-    (``Algorithm.sampler_spec``) and, for an asynchronous algorithm, its memory."""
+    (``Algorithm.sampler_spec``) and, for an asynchronous algorithm, where its fragments go:
+    (memory, the rows of each fragment it takes, None for all) pairs (``Topology.routes``)."""
 
     cls: type
     args: tuple
     kwargs: dict = field(default_factory=dict)
-    memory: MemoryRef | None = None
+    routes: tuple = ()
 
 
 class SamplerWorker(Placed):
@@ -89,9 +91,10 @@ class SamplerWorker(Placed):
         # Each sampler is built when it first collects: the first ones' fragments reach the
         # memories while the others are still making their envs.
         self.slots: list[RestartingSampler | None] = [None] * len(slots)
-        self.memories = [spec.memory.resolve() if spec.memory else None for spec in slots]
+        self.routes = [_by_process(spec.routes) for spec in slots]
         self.version, self.weights = -1, None  # the newest weights this process has
         self.asked = None  # a latest() call in flight
+        self.asked_again = False  # it was asked right before a fragment (``_ask``)
         self.weights_wait_s = 0.0
         self.ask_lead = 0  # steps before a fragment ends to ask at; set by the first sampler
 
@@ -117,8 +120,11 @@ class SamplerWorker(Placed):
         if sampler.version < self.version:
             sampler.set_weights(self.weights, self.version)
 
-    def _ask(self) -> None:
+    def _ask(self, again: bool = False) -> None:
+        """Ask for newer weights; ``again``: right before a fragment, after a wait for room,
+        whose late answer says nothing about when to ask during a fragment."""
         self.asked = self.source.latest.remote(self.version)
+        self.asked_again = again
 
     def _refresh(self, sampler) -> None:
         """Newer weights before a fragment, from the request sent ``ask_lead`` steps before
@@ -129,7 +135,9 @@ class SamplerWorker(Placed):
         asked, self.asked = self.asked, None
         if asked is not None:
             latest = ray.get(asked)
-            if time.perf_counter() - t0 > 5e-4:  # it had to wait for the answer: ask earlier
+            if self.asked_again:
+                pass
+            elif time.perf_counter() - t0 > 5e-4:  # it had to wait for the answer: ask earlier
                 self.ask_lead = min(2 * self.ask_lead, sampler.fragment_length)
             else:  # in time: ask a step later next time, for fresher weights
                 self.ask_lead = max(1, self.ask_lead - 1)
@@ -171,19 +179,27 @@ class SamplerWorker(Placed):
         return (*fragments, stats)
 
     def run(self, num_fragments: int) -> list[dict]:
-        """``num_fragments`` fragments of each sampler into its memory, in turn; one put in
-        flight per sampler, so collection overlaps it and a full memory holds only its own
-        samplers' next put. Returns one report per sampler.
+        """``num_fragments`` fragments of each sampler, in turn, into its memories (a
+        fragment's rows dealt across them, or whole: ``Topology.routes``). Returns one report
+        per sampler.
+
+        This process keeps at most one put in flight to each memory process (one call for
+        the pieces of a fragment that go to its memories): before it puts there again it
+        waits until the last put was taken, so a full memory holds back at most one
+        fragment's worth from each sampler process, however many logical samplers it runs,
+        while the next fragment is collected (docs/algorithms.md, "One update, however many
+        learners").
 
         Each fragment starts from the newest weights published until shortly before it
         (``_refresh``): asking for them a few steps ahead hides the round trip without the
         fragment of policy lag a request left in flight for a whole fragment would add (which
-        cost IMPALA on CartPole more env steps to learn)."""
+        cost IMPALA on CartPole more env steps to learn); after a wait for a memory they are
+        asked for again."""
         totals = [{"env_steps": 0, "episode_returns": [], "episode_lengths": [],
                    "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0, "weights_wait_s": 0.0}
                   for _ in self.specs]
         self.asked = None  # an answer from before this call is stale
-        pending: list = [None] * len(self.specs)
+        pending: dict = {}  # memory process -> (the sampler that put, its put's ref)
         for _ in range(num_fragments):
             for s in range(len(self.specs)):
                 slot = self._slot(s)
@@ -191,17 +207,67 @@ class SamplerWorker(Placed):
                 self.weights_wait_s = 0.0
                 ask_at = slot.sampler.fragment_length - self.ask_lead
                 rollout, stats = slot.collect(self._refresh, ask_at=ask_at, ask=self._ask)
-                total = totals[s]
-                total["weights_wait_s"] += self.weights_wait_s
-                if pending[s] is not None:
-                    total["put_wait_s"] += ray.get(pending[s])
-                memory = self.memories[s]
-                pending[s] = memory.actor.put.remote(rollout, memory.key)
-                _add_stats(total, stats)
-        for s, ref in enumerate(pending):
-            if ref is not None:
-                totals[s]["put_wait_s"] += ray.get(ref)
+                totals[s]["weights_wait_s"] += self.weights_wait_s
+                waited = 0.0
+                for name, actor, parts in self.routes[s]:
+                    if name in pending:
+                        owner, ref = pending.pop(name)
+                        t0 = time.perf_counter()
+                        totals[owner]["put_wait_s"] += ray.get(ref)
+                        waited += time.perf_counter() - t0
+                    items = [(rollout if rows is None else rollout.rows(rows), key)
+                             for key, rows in parts]
+                    pending[name] = (s, actor.put.remote(*items[0]) if len(items) == 1
+                                     else actor.put_many.remote(items))
+                if waited > 1e-3:  # the weights asked for during the fragment are old now
+                    self._ask(again=True)
+                _add_stats(totals[s], stats)
+        for owner, ref in pending.values():
+            totals[owner]["put_wait_s"] += ray.get(ref)
         return totals
+
+
+def _by_process(routes) -> list[tuple[str, Any, list[tuple[int, Any]]]]:
+    """A sampler's routes (``SlotSpec.routes``) grouped by memory process: (its name, its
+    handle, [(logical memory, the rows it takes)]), so one call carries a fragment's pieces
+    for all the memories of a process."""
+    groups: dict = {}
+    for memory, rows in routes:
+        name = memory.actor if isinstance(memory.actor, str) else id(memory.actor)
+        if name not in groups:
+            groups[name] = (name, memory.resolve().actor, [])
+        groups[name][2].append((memory.key, rows))
+    return list(groups.values())
+
+
+@dataclass
+class Source:
+    """Memories of one process that a learner process asks in one call (``sample_many``);
+    ``shards[i]`` is the learner shard that ``keys[i]`` serves."""
+
+    actor: Any
+    keys: list[int]
+    shards: list[int]
+
+    def ask(self):
+        return self.actor.sample_many.remote(self.keys)
+
+
+def batch_sources(shards: list[list[MemoryRef]]) -> list[Source]:
+    """Where a learner process asks for batches. When each of its shards reads one memory,
+    a call per memory process covers the shards whose memories live there (a packed
+    learner of 4 shards reading 4 memories in 2 processes makes 2 calls per update, not
+    4); when a shard reads several, each memory is asked on its own and the shard takes
+    whichever serves first, so one that has nothing to serve (below ``learning_starts``,
+    ahead of its replay ratio) holds up none of the others."""
+    if all(len(memories) == 1 for memories in shards):
+        grouped: dict = {}
+        for j, (memory,) in enumerate(shards):
+            source = grouped.setdefault(memory.actor, Source(memory.actor, [], []))
+            source.keys.append(memory.key)
+            source.shards.append(j)
+        return list(grouped.values())
+    return [Source(m.actor, [m.key], [j]) for j, memories in enumerate(shards) for m in memories]
 
 
 def _add_stats(total: dict, stats: dict) -> None:
@@ -232,8 +298,9 @@ class LearnerWorker(Placed):
         self.shards: list[list[MemoryRef]] = []
         self.publish_to = None
         self.publishes = False
-        self.inflight: list[list] = []  # per shard: (memory, ref of a sample call), oldest first
-        self.held: list = []  # per shard: (memory, batch) kept while another shard had none
+        self.sources: list[Source] = []
+        self.inflight: list[tuple] = []  # (source, ref of a sample_many call), oldest first
+        self.held: list[deque] = []  # per shard: (memory, batch) served beyond an update's need
         self.first_update_at = 0.0  # wall-clock time of this process's first update
 
     def attach(self, shards: list[list[MemoryRef]], publish_to=None, publishes: bool = False,
@@ -242,34 +309,51 @@ class LearnerWorker(Placed):
         publishes weights (learner 0 does, every ``publish_every`` updates) to
         ``publish_to`` (the parameter server, or itself when None)."""
         self.shards, self.publish_to, self.publishes = shards, publish_to, publishes
-        self.inflight = [[] for _ in shards]
-        self.held = [None] * len(shards)
+        self.sources = batch_sources(shards)
+        self.inflight = []
+        self.held = [deque() for _ in shards]
         self.prefetch = prefetch
         self.publish_every = publish_every
 
-    def _next_batch(self, shard: int, timeout_s: float = 2.0) -> tuple:
-        """A shard's memory and the batch it served: the first of the requests in flight to be
-        ready (each memory keeps ``prefetch``), so one memory that has nothing to serve yet
-        (a shard below ``learning_starts`` or ahead of its replay ratio) holds up none of the
-        others. The batch is None when no memory served one within ``timeout_s``."""
-        if self.held[shard] is not None:
-            served, self.held[shard] = self.held[shard], None
-            return served
-        inflight = self.inflight[shard]
-        if not inflight:
-            inflight += [(m, m.actor.sample.remote(m.key)) for _ in range(self.prefetch)
-                         for m in self.shards[shard]]
+    def _next_batches(self, timeout_s: float = 2.0) -> list:
+        """A (memory, batch) pair for each shard, from the requests in flight (each source
+        keeps ``prefetch``; ``batch_sources``), or None for a shard that none served within
+        ``timeout_s``. Batches served beyond what this update needs wait for the next."""
+        served = [held.popleft() if held else None for held in self.held]
+        for source in self.sources:  # keep ``prefetch`` requests in flight to each source
+            asked = sum(src is source for src, _ in self.inflight)
+            self.inflight += [(source, source.ask())
+                              for _ in range(self.prefetch - asked) if self._wants(source)]
         deadline = time.perf_counter() + timeout_s
-        while True:
-            refs = [ref for _, ref in inflight]
-            ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, deadline - time.perf_counter()))
+        while any(pair is None for pair in served):
+            refs = [ref for _, ref in self.inflight]
+            if not refs:  # every source's shards hold batches enough: a shard starves
+                time.sleep(min(timeout_s, 0.05))
+                break
+            ready, _ = ray.wait(refs, num_returns=1,
+                                timeout=max(0.0, deadline - time.perf_counter()))
             if not ready:
-                return None, None
-            memory, ref = inflight.pop(refs.index(ready[0]))
-            inflight.append((memory, memory.actor.sample.remote(memory.key)))  # keep its prefetch
-            batch = ray.get(ref)
-            if batch is not None or time.perf_counter() >= deadline:
-                return memory, batch
+                break
+            source, ref = self.inflight.pop(refs.index(ready[0]))
+            if self._wants(source):
+                self.inflight.append((source, source.ask()))  # keep its prefetch
+            for key, shard, batch in zip(source.keys, source.shards, ray.get(ref), strict=True):
+                if batch is None:
+                    continue
+                pair = (MemoryRef(source.actor, key), batch)
+                if served[shard] is None:
+                    served[shard] = pair
+                else:
+                    self.held[shard].append(pair)
+            if time.perf_counter() >= deadline:
+                break
+        return served
+
+    def _wants(self, source: Source) -> bool:
+        """Whether to ask ``source`` again: not while one of its shards already holds
+        ``prefetch`` batches (another shard's memory starving would otherwise pile up the
+        batches of the shards it feeds)."""
+        return all(len(self.held[shard]) < self.prefetch for shard in source.shards)
 
     def train(self, num_updates: int, env_steps: int) -> dict:
         """Up to ``num_updates`` updates on batches pulled from the memories; averaged
@@ -284,14 +368,14 @@ class LearnerWorker(Placed):
         t_start = time.perf_counter()
         for _ in range(num_updates):
             t0 = time.perf_counter()
-            served = [self._next_batch(s) for s in range(len(self.shards))]
+            served = self._next_batches()
             wait_s += time.perf_counter() - t0
-            have = all(batch is not None for _, batch in served)
+            have = all(pair is not None for pair in served)
             everyone = self.learner.collective.all_reduce_min(torch.tensor([float(have)]))
             if not everyone.item():
                 for s, pair in enumerate(served):
-                    if pair[1] is not None:
-                        self.held[s] = pair  # keep it for the next call
+                    if pair is not None:
+                        self.held[s].appendleft(pair)  # keep it for the next call
                 break
             batches = [batch for _, batch in served]
             metrics = self.learner.update(batches, env_steps)

@@ -34,15 +34,15 @@ class RunTimes:
     receives: sampler reports, learner metrics, synchronous timings, memory stats.
 
     ``meta``: the run's names (``algo``, ``env``, ``topology``, ``loop``, ``local``) and
-    ``feeders``, how many samplers write to each memory; ``memory_of_sampler(i)`` maps a
-    sampler to the memory it writes to. ``previous``: an earlier report's totals (a resumed
+    ``feeders``, how many samplers write to each memory; ``memories_of_sampler(i)`` lists
+    the memories sampler i writes to. ``previous``: an earlier report's totals (a resumed
     run), which the report adds to this run's.
     """
 
-    def __init__(self, meta: dict | None = None, memory_of_sampler=None,
+    def __init__(self, meta: dict | None = None, memories_of_sampler=None,
                  previous: dict | None = None):
         self.meta = dict(meta or {})
-        self.memory_of_sampler = memory_of_sampler or (lambda i: 0)
+        self.memories_of_sampler = memories_of_sampler or (lambda i: [0])
         self.previous = previous
         self.totals = new_totals()
         self.served_last: dict[int, float] = {}  # memory k's served counter at its last record
@@ -56,9 +56,10 @@ class RunTimes:
         the totals of ``<run dir>/report.json`` (or of the run it resumes from)."""
         from walle_ray.algos import algorithm_for
 
-        feeders = [sum(topo.memory_of_sampler(i) == k for i in range(topo.samplers))
-                   for k in range(topo.memories)]
         algo = algorithm_for(cfg.algo)
+        rows = cfg.env.envs_per_sampler if algo.deals_rows else None
+        routes = [topo.memories_of_sampler(i, rows) for i in range(topo.samplers)]
+        feeders = [sum(k in r for r in routes) for k in range(topo.memories)]
         if algo.reads_dataset:  # no samplers, whatever the topology says (topology=local)
             feeders = [0] * topo.memories
         meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
@@ -72,7 +73,7 @@ class RunTimes:
                 if (where / REPORT_FILE).is_file():
                     previous = json.loads((where / REPORT_FILE).read_text()).get("totals")
                     break
-        return cls(meta, topo.memory_of_sampler, previous)
+        return cls(meta, lambda i: topo.memories_of_sampler(i, rows), previous)
 
     def add_sampler(self, report: dict) -> None:
         """One sampler call's report (one fragment, or a call's sum over its fragments)."""
@@ -83,8 +84,9 @@ class RunTimes:
             s[key] += report.get(key, 0) or 0
         s["fragments"] += report.get("fragments", 1) - report.get("dropped", 0)
         s["calls"] += 1
-        m = self.totals["memories"].setdefault(str(self.memory_of_sampler(i)), memory_totals())
-        m["fragments_in"] += report.get("fragments", 1) - report.get("dropped", 0)
+        for k in self.memories_of_sampler(i):  # a fragment dealt across memories counts in each
+            m = self.totals["memories"].setdefault(str(k), memory_totals())
+            m["fragments_in"] += report.get("fragments", 1) - report.get("dropped", 0)
 
     def add_learner(self, metrics: dict) -> None:
         """One learner call's metrics (before the loop's ``Interval`` pops its counters).

@@ -26,6 +26,8 @@ from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, fi
 from walle_ray.runtime.fleet import RoleDied, RoleError
 from walle_ray.runtime.footprint import Footprint
 from walle_ray.runtime.loop import Periodic, run_loop
+from walle_ray.report import run_cost
+from walle_ray.runtime.milestones import Milestones, milestone_targets
 from walle_ray.runtime.signals import StopSignals
 from walle_ray.topology import check_samplers, parse_topology, plan_packing, plan_resources
 
@@ -100,15 +102,27 @@ def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
     if not cfg.memory.checkpoint or "memories" not in ckpt:
         return
     states = tensors_to_arrays(ckpt["memories"])
-    if len(states) != len(fleet.memories):
+    if len(states) != fleet.topo.memories:
         raise CheckpointError(f"the checkpoint holds {len(states)} replay shards; this topology "
-                              f"has {len(fleet.memories)} memories")
+                              f"has {fleet.topo.memories} memories")
     fleet.load_memory_states(states)
     # IMPALA's mixed memories count rows (``held``), the replay shards transitions (``ids``).
     rows = any("held" in state for state in states)
     held = sum(int(state["held"]) if rows else len(state["ids"]) for state in states)
     print(f"walle_ray: replay restored: {held} {'rows' if rows else 'transitions'} in "
           f"{len(states)} memor{'ies' if len(states) > 1 else 'y'}", flush=True)
+
+
+def milestone_summary(counters: dict) -> dict:
+    """The run's milestones and cost, for the sinks' summaries (W&B, TensorBoard)."""
+    out = {f"milestones/{score}/{key}": value
+           for score, entry in counters.get("milestones", {}).items()
+           for key, value in entry.items() if key != "gpu_hours" or value}
+    cost = run_cost(counters)
+    out.update(minutes=cost["minutes"], core_hours=cost["core_hours"])
+    if cost["gpu_hours"]:
+        out["gpu_hours"] = cost["gpu_hours"]
+    return out
 
 
 def make_sinks(cfg: DictConfig, run_dir: Path, resumed: bool, on_ray: bool) -> Sinks:
@@ -261,8 +275,11 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
     state = {"counters": counters, "last_saved_iteration": counters["iterations"], "record": {}}
 
+    milestones = Milestones(milestone_targets(cfg.run), counters, lambda: fleet, window)
+
     def checkpoint() -> None:
         counters["recent_returns"] = list(window.returns)
+        milestones.keep_totals()
         payload = {"learner": fleet.learner_state(), "counters": counters,
                    "config": to_container(cfg)}
         if cfg.memory.checkpoint:
@@ -300,7 +317,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
 
         hooks = [Periodic("env_steps", eval_every, evaluation,
                           counters["env_steps"])] if evaluation else []
-        hooks += [Footprint(lambda: fleet, counters),
+        hooks += [Footprint(lambda: fleet, counters), milestones,
                   Periodic("iteration", 1, report, counters["iterations"]),
                   Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint(),
                            counters["iterations"])]
@@ -316,6 +333,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
                 rebuild(failure)
     finally:
         progress.close()
+        milestones.finish()
         try:
             if counters["iterations"] > state["last_saved_iteration"] or not (
                     run_dir / "checkpoints" / "last.pt").exists():
@@ -325,6 +343,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
                   f"iteration {state['last_saved_iteration']}, is intact", file=sys.stderr,
                   flush=True)
         finally:
+            metrics.summary(milestone_summary(counters))
             metrics.close(signals.exit_code or int(stopped_by == "error"))
             fleet.shutdown()
     times.finish(run_dir, counters)  # the bottleneck report: report.json and its paragraph

@@ -28,8 +28,10 @@ def memory_spec(cfg: DictConfig, k: int, gamma: float | None = None) -> tuple[ty
     from walle_ray.datasets import dataset_paths
     from walle_ray.topology import parse_topology
 
+    from walle_ray.algos.spec import learner_batch
+
     memories = parse_topology(cfg.topology.spec).memories
-    return DatasetMemory, (dataset_paths(cfg.dataset.path), k, memories, int(cfg.algo.batch_size),
+    return DatasetMemory, (dataset_paths(cfg.dataset.path), k, memories, learner_batch(cfg),
                            gamma, int(cfg.run.seed)), {}
 
 
@@ -67,6 +69,7 @@ def validate(cfg: DictConfig, more_checks: list = ()) -> None:
               (a.prefetch > 0, "prefetch", "must be positive"),
               (a.publish_every > 0, "publish_every", "must be positive"), *more_checks]
     require_algo(checks)
+    check_learner_batch(cfg, "recorded steps")
     if not dataset_paths(cfg.dataset.path):
         raise ConfigError(f"dataset.path: algo={name} learns from a recorded dataset; record one "
                           "with python -m walle_ray mode=collect run.checkpoint=<ckpt> "

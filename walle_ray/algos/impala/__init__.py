@@ -9,8 +9,9 @@ from omegaconf import DictConfig
 
 from walle_ray.algos.impala.config import IMPALAConfig
 from walle_ray.algos.impala.update import IMPALAUpdate
-from walle_ray.algos.spec import (Algorithm, check_policy_spaces, configured_fragment_length,
-                                  packed_as_is, require_algo)
+from walle_ray.algos.spec import (Algorithm, check_learner_batch, check_policy_spaces,
+                                  configured_fragment_length, learner_batch, packed_as_is,
+                                  require_algo)
 from walle_ray.buffers.mixed import BufferSpec, MixedMemory
 from walle_ray.buffers.ranked import DIST_FUNCTIONS
 from walle_ray.config import ConfigError
@@ -24,9 +25,17 @@ def make_update(cfg: DictConfig, model, collective, device: torch.device) -> IMP
                         cfg.run.total_env_steps, device, cfg.model.burn_in)
 
 
-def buffer_specs(algo_cfg, anneal_rows: float = float("inf")) -> list[BufferSpec]:
-    """The memory mix of each memory actor, with default capacities filled in; a ranked
-    buffer anneals over ``anneal_rows``, the rows its memory stores in the whole run."""
+def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 1,
+                 anneal_rows: float = float("inf")) -> list[BufferSpec]:
+    """The memory mix of each of ``memories`` memory actors, each serving batches of
+    ``batch_rows`` rows to its learner shard and taking fragments of ``fragment_rows``; a
+    ranked buffer anneals over ``anneal_rows``, the rows its memory stores in the whole run.
+
+    ``capacity`` and ``start_rows`` are the whole run's, split across the memories, so the
+    replay spans the same stretch of the run whatever the topology (docs/algorithms.md,
+    "One update, however many learners"); each memory holds at least a fragment beside its
+    type's rows of a batch, so a fragment always fits. Capacity 0 holds four batches'
+    worth of the type's rows."""
     specs = []
     for r in algo_cfg.replay:
         ranking = {}
@@ -36,8 +45,11 @@ def buffer_specs(algo_cfg, anneal_rows: float = float("inf")) -> list[BufferSpec
                            alpha_annealing_factor=float(r.alpha_annealing_factor),
                            anneal_rows=anneal_rows, reference_rows=int(r.reference_rows),
                            steps=int(r.steps))
-        specs.append(BufferSpec(type=r.type, ratio=r.ratio, capacity=r.capacity or 4 * algo_cfg.batch_size,
-                                start_rows=r.start_rows, ranking=ranking))
+        rows = round(r.ratio * batch_rows)
+        share = -(-r.capacity // memories) if r.capacity else 4 * rows
+        specs.append(BufferSpec(type=r.type, ratio=r.ratio,
+                                capacity=max(share, fragment_rows + rows),
+                                start_rows=-(-r.start_rows // memories), ranking=ranking))
     return specs
 
 
@@ -54,8 +66,10 @@ def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
 
     memories = max(1, parse_topology(cfg.topology.spec).memories)
     anneal_rows = cfg.run.total_env_steps / (cfg.algo.fragment_length * memories)
-    return MixedMemory, (buffer_specs(cfg.algo, anneal_rows), cfg.algo.batch_size, cfg.run.seed + k,
-                         encoder), {}
+    rows = learner_batch(cfg)
+    piece = -(-cfg.env.envs_per_sampler // memories)  # a fragment's rows dealt to one memory
+    specs = buffer_specs(cfg.algo, rows, piece, memories, anneal_rows)
+    return MixedMemory, (specs, rows, cfg.run.seed + k, encoder), {}
 
 
 def ranks(cfg: DictConfig) -> bool:
@@ -68,10 +82,12 @@ def stores_encodings(cfg: DictConfig) -> bool:
     return any(r.type == "elite" and r.dist_function != "kl" for r in cfg.algo.replay)
 
 
-def check_replay(algo_cfg) -> None:
-    """Ratios sum to 1 and give whole rows of every batch; known types; one queue at most;
-    ranking settings that can work."""
-    replay, n = algo_cfg.replay, algo_cfg.batch_size
+def check_replay(algo_cfg, n: int, learners: int = 1) -> None:
+    """Ratios sum to 1 and give whole rows of every learner's batch of ``n`` rows (of
+    ``learners``); known types; one queue at most; ranking settings that can work."""
+    replay = algo_cfg.replay
+    per = (f"algo.batch_size={algo_cfg.batch_size} over {learners} learners, {n} rows each"
+           if learners > 1 else f"algo.batch_size={n}")
     if not replay:
         raise ConfigError("algo.replay: list at least one memory type, e.g. [{type: queue, ratio: 1.0}]")
     for i, r in enumerate(replay):
@@ -82,7 +98,7 @@ def check_replay(algo_cfg) -> None:
         rows = r.ratio * n
         if abs(rows - round(rows)) > 1e-6:
             raise ConfigError(
-                f"algo.replay[{i}].ratio: {r.ratio} of algo.batch_size={n} is {rows:g} rows, not a "
+                f"algo.replay[{i}].ratio: {r.ratio} of {per} is {rows:g} rows, not a "
                 f"whole number; pick ratios that are multiples of 1/{n}")
         if r.capacity < 0 or r.start_rows < 0:
             raise ConfigError(f"algo.replay[{i}]: capacity and start_rows must be zero or positive")
@@ -140,7 +156,10 @@ def validate(cfg: DictConfig) -> None:
          "must be positive"),
     ]
     require_algo(checks)
-    check_replay(a)
+    check_learner_batch(cfg)
+    from walle_ray.topology import parse_topology
+
+    check_replay(a, learner_batch(cfg), parse_topology(cfg.topology.spec).learners)
     if cfg.model.get("_target_") and any(r.type in RANKED and r.dist_function != "kl" for r in a.replay):
         raise ConfigError("algo.replay: ranking by ln_norm or cosine compares the built-in "
                           "network's state encodings, which model._target_ does not define; "
@@ -163,4 +182,5 @@ IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_up
                    fragment_length=configured_fragment_length, validate=validate,
                    check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True,
                    memory_spec=memory_spec, packed_learner=packed_as_is, recurrent=True,
+                   deals_rows=True,
                    stores_encodings=stores_encodings)

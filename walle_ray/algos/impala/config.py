@@ -14,8 +14,9 @@ class ReplaySpec:
     # replay buffers that rank candidates with the current policy (walle_ray/buffers/ranked.py)
     type: str = "queue"
     ratio: float = 1.0  # share of each learner batch; the ratios sum to 1
-    capacity: int = 0  # rows held per memory actor; 0: 4 learner batches
-    start_rows: int = 0  # rows a buffer holds before it serves batches
+    # rows held, the whole run's, split across the memories; 0: four batches of its rows
+    capacity: int = 0
+    start_rows: int = 0  # rows held (the whole run's, split across memories) before it serves
     # elite and attentive only:
     dist_function: str = "ln_norm"  # ln_norm | cosine | kl (elite: KL of the policy's outputs)
     p: float = 2.0  # the order of ln_norm

@@ -25,11 +25,18 @@ def fragment_length(cfg: DictConfig, topo) -> int:
 
 
 def packed_learner(cfg: DictConfig, shards: int) -> DictConfig:
-    """One learner process for ``shards`` shards takes all their rows, in minibatches
-    ``shards`` times larger: each step's gradient is the mean over as many rows as the
-    all-reduce of the shards' minibatches would average."""
+    """The config of a learner process holding ``shards`` of the topology's L learner
+    shards. ``algo.minibatch_size`` is a whole gradient step's rows, however many learners
+    share it: each shard takes 1/L of them, so every step's gradient, all-reduced, is the
+    mean over the same rows one learner would take (docs/algorithms.md, "One update,
+    however many learners"); a process with several shards takes their rows together."""
+    from walle_ray.topology import parse_topology
+
+    learners = 1 if cfg.topology.spec == "local" else parse_topology(cfg.topology.spec).learners
+    if shards == learners:
+        return cfg
     cfg = copy.deepcopy(cfg)
-    cfg.algo.minibatch_size = cfg.algo.minibatch_size * shards
+    cfg.algo.minibatch_size = max(1, cfg.algo.minibatch_size * shards // learners)
     return cfg
 
 

@@ -91,11 +91,20 @@ def replay_memory_spec(cfg, k: int) -> tuple[type, tuple, dict]:
     """Memory k of a replay-based algorithm: one prioritized (or uniform) replay shard."""
     from walle_ray.buffers.prioritized import PrioritizedReplay
 
+    from walle_ray.algos.spec import learner_batch
+    from walle_ray.topology import parse_topology
+
     a = cfg.algo
-    return PrioritizedReplay, (a.capacity, a.batch_size), dict(
+    memories = parse_topology(cfg.topology.spec).memories
+    batch = learner_batch(cfg)
+    # The replay's capacity and start are the whole run's, each shard holding its share
+    # (docs/algorithms.md, "One update, however many learners").
+    capacity = max(batch, -(-a.capacity // memories))
+    return PrioritizedReplay, (capacity, batch), dict(
         prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,
         beta_anneal_updates=a.beta_anneal_updates, eps=a.priority_eps,
-        learning_starts=a.learning_starts, replay_ratio=a.replay_ratio,
+        learning_starts=min(capacity, -(-a.learning_starts // memories)),
+        replay_ratio=a.replay_ratio,
         max_lead=a.max_lead, seed=cfg.run.seed + k)
 
 

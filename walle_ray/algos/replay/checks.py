@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walle_ray.algos.spec import require_algo
+from walle_ray.algos.spec import check_learner_batch, learner_batch, require_algo
 from walle_ray.config import ConfigError
 
 
@@ -10,7 +10,7 @@ def check_replay_settings(cfg) -> None:
     """Raise ConfigError naming the first ReplayConfig setting that cannot work."""
     a = cfg.algo
     per_fragment = a.fragment_length * cfg.env.envs_per_sampler
-    lead = a.max_lead or 2 * a.batch_size
+    lead = a.max_lead or 2 * max(1, learner_batch(cfg))
     checks = [
         (0 < a.gamma <= 1, "gamma", "must be in (0, 1]"),
         (a.n_step >= 1, "n_step", "must be at least 1"),
@@ -37,6 +37,7 @@ def check_replay_settings(cfg) -> None:
         (a.max_grad_norm >= 0, "max_grad_norm", "must be zero (off) or positive"),
     ]
     require_algo(checks)
+    check_learner_batch(cfg, "transitions")
     # Replay samplers feed raw observations and rewards; these switches would be ignored.
     for key in ("normalize_obs", "normalize_reward"):
         if cfg.env[key]:

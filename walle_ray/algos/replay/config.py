@@ -13,8 +13,8 @@ class ReplayConfig:
     gamma: float = 0.99  # discount
     n_step: int = 3  # rewards summed per transition before bootstrapping
     batch_size: int = 256  # transitions per learner update
-    capacity: int = 100_000  # transitions held per memory actor (FIFO eviction)
-    learning_starts: int = 1_000  # transitions a shard holds before it serves batches
+    capacity: int = 100_000  # transitions the replay holds, split across its shards (FIFO eviction)
+    learning_starts: int = 1_000  # transitions held (split across shards) before batches are served
     prioritized: bool = True  # proportional prioritized replay; false: uniform
     priority_alpha: float = 0.6  # priority exponent
     priority_beta: float = 0.4  # importance-sampling exponent at the start
