@@ -146,7 +146,16 @@ def score_run(run_dir: Path, overrides: list[str], target: float, minutes: float
     records = read_metrics(run_dir / "metrics.jsonl")
     report = json.loads((run_dir / "report.json").read_text())
     reached = report.get("milestones", {}).get(f"{target:g}")
+    if reached is None and "milestones" not in report:  # a run from before run.milestones
+        first = first_reaching(records, target)
+        if first is not None:
+            reached = {"minutes": first["wall_s"] / 60, "agent_steps": first["env_steps"],
+                       "core_hours": None, "note": "the loop's minutes (no milestones recorded)"}
     steady = [r for r in records if r.get("env_steps_per_s") and r["wall_s"] >= 60]
+    if (run_dir / "overrides.yaml").is_file():  # what the run was given, however it was made
+        import yaml
+
+        command = yaml.safe_load((run_dir / "overrides.yaml").read_text())
     return {
         "command": "python -m walle_ray " + " ".join(command), "run_dir": str(run_dir),
         "reached": reached is not None, "milestones": report.get("milestones", {}),
@@ -161,20 +170,48 @@ def score_run(run_dir: Path, overrides: list[str], target: float, minutes: float
         "policy_lag_mean": (sum(r.get("policy_lag_mean") or 0 for r in steady) / len(steady)
                             if steady else None),
         "summary": report["summary"],
-        "curve": [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "return": r["return"]}
-                  for r in records],
+        "envs": envs_of(run_dir),
+        "curve": [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "return": r["return"],
+                   "episode_length": r.get("episode_length")} for r in records],
     }
 
 
-def plot_curves(runs: dict[str, list[dict]], target: float, title: str, path: Path) -> None:
+def envs_of(run_dir: Path) -> int | None:
+    """How many envs a run stepped in all (samplers x env.envs_per_sampler), from its config."""
+    import yaml
+
+    from walle_ray.topology import parse_topology
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    cfg = yaml.safe_load(path.read_text())
+    return parse_topology(cfg["topology"]["spec"]).samplers * cfg["env"]["envs_per_sampler"]
+
+
+def midpoint_curve(result: dict) -> list[dict]:
+    """The run's returns placed at the agent steps halfway through the episodes they average:
+    an episode of L steps on one of E envs that share the samplers' pace ends about L x E
+    agent steps after it began. With many envs on few cores that is a large shift (256 envs
+    and 3000-step games: 0.38M agent steps), which the plain curve hides in its lag."""
+    envs = result.get("envs") or 1
+    return [{**p, "env_steps": p["env_steps"] - p["episode_length"] * envs / 2}
+            for p in result["curve"] if p["return"] is not None and p.get("episode_length")]
+
+
+def plot_curves(runs: dict[str, list[dict]], target: float, title: str, path: Path,
+                midpoints: bool = False) -> None:
     """Return against agent steps (left) and against wall minutes (right), one colour per
-    label, one line per run under it."""
+    label, one line per run under it; with ``midpoints`` a third panel places each return at
+    the agent steps halfway through the episodes it averages (``midpoint_curve``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    panels = 3 if midpoints else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), sharey=True)
+    by_steps, by_time = axes[0], axes[-1]
     for k, (label, results) in enumerate(runs.items()):
         colour = f"C{k}"
         for i, res in enumerate(results):
@@ -184,7 +221,15 @@ def plot_curves(runs: dict[str, list[dict]], target: float, title: str, path: Pa
                       if i == 0 else None}
             by_steps.plot([p["env_steps"] / 1e6 for p in pts], [p["return"] for p in pts], **kwargs)
             by_time.plot([p["wall_s"] / 60 for p in pts], [p["return"] for p in pts], **kwargs)
-    for ax, xlabel in ((by_steps, "agent steps (millions)"), (by_time, "wall minutes of training")):
+            if midpoints:
+                mid = midpoint_curve(res)
+                axes[1].plot([p["env_steps"] / 1e6 for p in mid], [p["return"] for p in mid],
+                             **{**kwargs, "label": None})
+    labels = [(by_steps, "agent steps (millions), at the episodes' ends")]
+    if midpoints:
+        labels.append((axes[1], "agent steps (millions), halfway through the episodes"))
+    labels.append((by_time, "wall minutes of training"))
+    for ax, xlabel in labels:
         ax.axhline(target, ls="--", c="gray", lw=0.8)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)

@@ -45,7 +45,8 @@ from sampling_overhead import (GAMMA, TARGET_OVERHEAD, Sink, bare_loop, default_
                                load_env_cfg, policy)
 from walle_ray.config import CONF_DIR
 from walle_ray.algos import algorithm_for
-from walle_ray.config import ModelConfig, TopologyConfig, register_configs
+from walle_ray.algos import register_configs
+from walle_ray.config import ModelConfig, TopologyConfig
 from walle_ray.envs import env_spaces
 from walle_ray.models import make_actor_critic
 from walle_ray.runtime.ray_fleet import pins_samplers

@@ -45,7 +45,7 @@ def main() -> None:
         runs.setdefault(topology, []).append(result)
         print(topology, seed, result["minutes_to_target"], result["agent_steps_to_target"], flush=True)
     plot_curves(runs, TARGET, "python -m walle_ray algo=impala env=pong topology=T, as typed, "
-                              "2 CPU cores", RESULTS / f"{args.name}.png")
+                              "2 CPU cores", RESULTS / f"{args.name}.png", midpoints=True)
     headline = [r["minutes_to_target"] for r in runs["32a4m4l"]]
     median = (statistics.median(headline) if all(m is not None for m in headline) else None)
     fastest = min((r["minutes_to_target"] for rs in runs.values() for r in rs

@@ -54,14 +54,20 @@ def dataset_returns(path: Path) -> dict:
             "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns))}
 
 
-def offline_run(name: str, algo: str, paths: list[Path], budget: int, reuse: bool) -> dict:
+# RLlib's MARWIL advantage normaliser: c^2 from 100, moving at 1e-8, weights not clipped
+RLLIB_NORM = ["algo.adv_norm_init=100", "algo.adv_norm_rate=1e-8", "algo.max_weight=null"]
+
+
+def offline_run(name: str, algo: str, paths: list[Path], budget: int, reuse: bool,
+                extra: list[str] | None = None) -> dict:
     """One offline run, or with ``reuse`` the finished run of the same name, if there is one."""
     from walle_ray.logging.metrics import read_metrics
 
     run_dir = ROOT / "runs" / f"bench_imitation_{name}"
     listed = "[" + ",".join(str(p) for p in paths) + "]"
     overrides = [f"algo={algo}", "env=halfcheetah", "topology=0a1m1l", f"dataset.path={listed}",
-                 f"run.total_env_steps={budget}", "eval.episodes=5", "run.report_every_s=10"]
+                 f"run.total_env_steps={budget}", "eval.episodes=5", "run.report_every_s=10",
+                 *(extra or [])]
     wall = None  # the process's wall time, when this invocation ran it
     if reuse and (run_dir / "checkpoints" / "last.pt").is_file():
         records = read_metrics(run_dir / "metrics.jsonl")
@@ -85,6 +91,9 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=10_000_000, help="recorded steps each run learns from")
     p.add_argument("--reuse", action="store_true",
                    help="reuse the datasets and the finished runs of a previous invocation")
+    p.add_argument("--marwil-norms", action="store_true",
+                   help="only MARWIL on the mixed and noisy data, with walle_ray's advantage "
+                        "normaliser and with RLlib's (imitation_halfcheetah_marwil_norms.json)")
     args = p.parse_args()
 
     from walle_ray.runtime.evaluate import evaluate_checkpoint
@@ -101,6 +110,9 @@ def main() -> None:
         if not (args.reuse and (path / "data" / "metadata.json").is_file()):
             collect([*makes[key], f"collect.steps={half}", "collect.episodes=null"], path)
     data = {key: dataset_returns(path) for key, path in parts.items()}
+    if args.marwil_norms:
+        norms(parts, data, args)
+        return
     runs = [offline_run("bc_expert", "bc", [parts["expert_a"], parts["expert_b"]], args.budget,
                         args.reuse),
             offline_run("bc_mixed", "bc", [parts["expert_a"], parts["random"]], args.budget, args.reuse),
@@ -126,6 +138,24 @@ def main() -> None:
               f"{r['wall_s_training']:.0f} s of training")
     print(f"expert greedy {expert['return_mean']:.0f}; BC of expert {result['bc_of_expert']:.2f}; "
           f"targets {result['targets']}")
+
+
+def norms(parts: dict, data: dict, args) -> None:
+    """MARWIL (beta 1) with walle_ray's advantage normaliser and with RLlib's, on the mixed
+    and the noisy data: the same beta weights by a different c."""
+    runs = []
+    for data_name, paths in (("mixed", [parts["expert_a"], parts["random"]]),
+                             ("noisy", [parts["noisy"]])):
+        for norm, extra in (("walle_ray", []), ("rllib", RLLIB_NORM)):
+            run = offline_run(f"marwil_{data_name}_{norm}", "marwil", paths, args.budget,
+                              args.reuse, extra)
+            run.update(data=data_name, normaliser=norm)
+            runs.append(run)
+            print(f"{run['name']}: score {run['score']:.0f} (best {run['best']:.0f})", flush=True)
+    write_result("imitation_halfcheetah_marwil_norms", {
+        "command": "python benchmarks/imitation_halfcheetah.py --marwil-norms"
+                   + (" --reuse" if args.reuse else ""),
+        "rllib_settings": RLLIB_NORM, "datasets": data, "runs": runs})
 
 
 def plot(result: dict) -> None:

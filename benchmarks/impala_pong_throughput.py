@@ -107,12 +107,12 @@ def parts_alone(seconds: float) -> dict:
 
     from walle_ray.algos import algorithm_for
     from walle_ray.batch import Rollout
-    from walle_ray.config import CONF_DIR, register_configs
+    from walle_ray.algos import register_configs
+    from walle_ray.config import CONF_DIR
     from walle_ray.envs import env_spaces
     from walle_ray.envs.atari import ale_game_name
-    from walle_ray.learners import Learner
     from walle_ray.learners.collective import Collective
-    from walle_ray.runtime.allocator import keep_freed_memory
+    from walle_ray.runtime.process import keep_freed_memory
     from walle_ray.topology import parse_topology
 
     torch.set_num_threads(1)
@@ -160,10 +160,10 @@ def parts_alone(seconds: float) -> dict:
 
     topo = parse_topology(cfg.topology.spec)
     algo = algorithm_for(cfg.algo)
-    cls, args, kwargs = algo.sampler_spec(cfg, topo, 0)
+    cls, args, kwargs = algo.sampler(cfg, topo, 0)
     sampler = cls(*args, **kwargs)
     obs_space, action_space = env_spaces(cfg.env)
-    version, weights = Learner(cfg, obs_space, action_space).weights()
+    version, weights = algo.build_learner(cfg, obs_space, action_space).weights()
     sampler.set_weights(weights, version)
     out["sampler_steps_per_s"] = timed(sampler.collect, cfg.algo.fragment_length * n)
     fragments = [sampler.collect()[0] for _ in range(-(-cfg.algo.batch_size // n))]

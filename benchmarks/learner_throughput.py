@@ -11,7 +11,7 @@ RMSProp, one torch thread (a learner's share of these 2 cores), in three ways:
   bf16       channels-last under bfloat16 autocast (``model.bf16=true``).
 
 ``--malloc keep`` (the default) sets up malloc as walle_ray's learners do
-(``runtime/allocator.py``: freed blocks are kept for the next step); ``--malloc default``
+(``runtime/process.py``: freed blocks are kept for the next step); ``--malloc default``
 leaves glibc's defaults, which give large blocks back to the OS after every step.
 
 The ``ppo_mlp`` row times walle_ray's own PPO update (``PPOUpdate``) on the HalfCheetah
@@ -41,7 +41,7 @@ from omegaconf import OmegaConf
 from common import write_result
 from walle_ray.config import ModelConfig
 from walle_ray.models import make_actor_critic
-from walle_ray.runtime.allocator import keep_freed_memory
+from walle_ray.runtime.process import keep_freed_memory
 
 
 def trainer(size: int, batch: int, way: str):
@@ -75,7 +75,8 @@ def ppo_mlp_update(compiled: bool = False):
 
     from walle_ray.algos import algorithm_for
     from walle_ray.batch import Rollout
-    from walle_ray.config import CONF_DIR, register_configs
+    from walle_ray.algos import register_configs
+    from walle_ray.config import CONF_DIR
     from walle_ray.learners.collective import Collective
 
     register_configs()

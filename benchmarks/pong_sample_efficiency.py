@@ -17,6 +17,8 @@ since the command started and core-hours to 17, its curve and the run's closing 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from common import RESULTS, ROOT, plot_curves, score_run, write_result
 
@@ -47,9 +49,27 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=25.0)
     p.add_argument("--reuse", action="store_true", help="read runs already made")
     p.add_argument("--name", default="pong_sample_efficiency")
+    p.add_argument("--result", action="append", default=[], metavar="LABEL=JSON",
+                   help="also show an earlier learning benchmark's curve (e.g. impala_pong_learning)")
+    p.add_argument("--run", action="append", default=[], metavar="LABEL=RUN_DIR",
+                   help="also read a run made elsewhere (e.g. headline_learning's), under LABEL")
     args = p.parse_args()
     runs: dict[str, list[dict]] = {}
-    for arm in args.arms.split(","):
+    for entry in args.result:
+        label, path = entry.split("=", 1)
+        earlier = json.loads(Path(path).read_text())
+        runs.setdefault(label, []).append({
+            "arm": label, "from_result": path, "command": earlier["command"],
+            "machine": earlier["machine"], "reached": earlier["reached_target"],
+            "minutes_to_target": earlier["minutes_to_target"],
+            "agent_steps_to_target": earlier["agent_steps_to_target"],
+            "agent_steps_per_s": earlier["agent_steps_per_s"], "curve": earlier["curve"]})
+    for entry in args.run:
+        label, run_dir = entry.split("=", 1)
+        result = score_run(Path(run_dir), [], TARGET, args.minutes, reuse=True)
+        result.update(arm=label, run_dir=run_dir)
+        runs.setdefault(label, []).append(result)
+    for arm in (a for a in args.arms.split(",") if a):
         seeds = args.seeds if arm == "preset" else args.seeds[:1]
         for seed in seeds:
             run_dir = ROOT / "runs" / f"bench_pong_se_{arm}_s{seed}"
@@ -64,7 +84,7 @@ def main() -> None:
         "command": "python benchmarks/pong_sample_efficiency.py --arms " + args.arms
                    + " --seeds " + " ".join(map(str, args.seeds)) + f" --minutes {args.minutes:g}",
         "target": {"return": TARGET, "agent_steps": 2_000_000},
-        "arms": {arm: ARMS[arm] for arm in runs},
+        "arms": {arm: ARMS.get(arm, "read from --run") for arm in runs},
         "runs": [r for results in runs.values() for r in results],
     })
 

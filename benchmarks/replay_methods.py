@@ -5,7 +5,9 @@
 The elite V-trace platform's setting: each learner batch half on-policy (``queue``) and half
 replayed from a buffer of 1000 rows, the replay ``uniform``, ``elite`` (ln_norm, lambda 6,
 alpha 2, the platform's example), ``elite_steps5`` (the same, its distances read 5 of each
-row's 20 steps) or ``attentive`` (the same settings as elite). IMPALA's Pong preset
+row's 20 steps), ``elite_least_served`` (``elite_steps5`` with the platform's default
+selection, strategy3, and its candidates drawn with repeats) or ``attentive`` (the same
+settings as elite). IMPALA's Pong preset
 (20-step unrolls, batches of 8, RMSProp) on 42x42 frames, ``topology=2a1m1l``, every arm for
 the same agent-step budget (4 frames each), seeds alternating across the arms so that drift
 on the machine hits all of them alike.
@@ -35,6 +37,10 @@ ARMS = {
     "attentive": f"[{{type: queue, ratio: 0.5}}, {{type: attentive, ratio: 0.5, {RANKING}}}]",
     # elite reading 5 of each row's 20 steps: a quarter of the encoding
     "elite_steps5": f"[{{type: queue, ratio: 0.5}}, {{type: elite, ratio: 0.5, {RANKING}, steps: 5}}]",
+    # the platform's default selection (strategy3): rows served fewest first, candidates
+    # drawn with repeats, reading 5 steps as elite_steps5 does
+    "elite_least_served": f"[{{type: queue, ratio: 0.5}}, {{type: elite, ratio: 0.5, {RANKING}, "
+                          "steps: 5, strategy: least_served, replacement: true}]",
 }
 WARMUP_S = 60.0  # loop seconds left out of the steady rate
 
@@ -45,7 +51,9 @@ def one_run(game: str, arm: str, seed: int, agent_steps: int, minutes_cap: float
     overrides = ["algo=impala", "env=pong", f"env.id={GAMES[game]}", f"env.name={game}",
                  "env.obs_size=42", "topology=2a1m1l", f"run.seed={seed}",
                  f"run.total_env_steps={agent_steps}", f"run.max_wall_s={minutes_cap * 60}",
-                 "run.report_every_s=10", f"algo.replay={ARMS[arm]}"]
+                 "run.report_every_s=10", f"algo.replay={ARMS[arm]}",
+                 # the arms compare replay alone: no CLEAR, as the Pong preset had none then
+                 "algo.clear_policy_coef=0", "algo.clear_value_coef=0"]
     records, wall = run_cli(overrides, run_dir, timeout_s=minutes_cap * 60 + 300)
     last = records[-1]
     kind = arm.split("_")[0]
@@ -142,7 +150,7 @@ def main() -> None:
     name = args.name or f"replay_methods_{args.game}"
     plot(args.game, by_arm, RESULTS / f"{name}.png")
     met = {}
-    for arm in ("elite", "elite_steps5"):
+    for arm in ("elite", "elite_steps5", "elite_least_served"):
         if {"uniform", arm} <= set(summary):
             met[arm] = {"matches_uniform_at_equal_frames": summary[arm]["mean_return_over_run"]
                         >= summary["uniform"]["mean_return_over_run"],

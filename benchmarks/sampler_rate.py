@@ -25,18 +25,21 @@ def main() -> None:
 
     from walle_ray.config import CONF_DIR
     from walle_ray.algos import algorithm_for
-    from walle_ray.config import register_configs
+    from walle_ray.algos import register_configs
     from walle_ray.envs import env_spaces
-    from walle_ray.learners import Learner
     from walle_ray.topology import parse_topology
 
+    from walle_ray.runtime.process import prepare_process
+
+    prepare_process(torch_threads=1)  # as a sampler process does
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["topology=2a1m1l", *args.overrides])
     topo = parse_topology(cfg.topology.spec)
-    cls, spec_args, kwargs = algorithm_for(cfg.algo).sampler_spec(cfg, topo, 0)
+    algo = algorithm_for(cfg.algo)
+    cls, spec_args, kwargs = algo.sampler(cfg, topo, 0)
     sampler = cls(*spec_args, **kwargs)
-    version, weights = Learner(cfg, *env_spaces(cfg.env)).weights()
+    version, weights = algo.build_learner(cfg, *env_spaces(cfg.env)).weights()
     sampler.set_weights(weights, version)
     for _ in range(3):
         sampler.collect()

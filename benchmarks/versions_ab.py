@@ -11,7 +11,9 @@ the Ray workers it starts) on three workloads:
 - ``impala_pong``: agent steps/s consumed by the learner, Pong 42x42, ``2a1m1l``, batches of
   32 rows, over the records after the first (start-up left out), as
   ``impala_pong_throughput.py`` measures it;
-- ``apex_cartpole``: env steps/s and updates/s of Ape-X DQN on CartPole, ``2a2m1l``, the same way.
+- ``apex_cartpole``: env steps/s and updates/s of Ape-X DQN on CartPole, ``2a2m1l``, the same way;
+- ``ppo_halfcheetah``: env steps/s of PPO on HalfCheetah with its preset, ``8a1m1l``, over the
+  last three quarters of the run (the first iterations compile the step).
 
 ``--samplers-only`` measures instead one sampler in a plain process (``sampler_rate.py``),
 the hot path alone, for Ape-X CartPole (n-step transitions), PPO CartPole and IMPALA Pong
@@ -66,6 +68,7 @@ def workloads(seed: int, seconds: float) -> dict:
         "impala_pong": ["algo=impala", "env=pong", "env.obs_size=42", "topology=2a1m1l",
                         "algo.batch_size=32", *timed],
         "apex_cartpole": ["algo=apex", "env=cartpole", "topology=2a2m1l", *timed],
+        "ppo_halfcheetah": ["algo=ppo", "env=halfcheetah", "topology=8a1m1l", *timed],
     }
 
 
@@ -92,6 +95,8 @@ def figures(name: str, records: list[dict]) -> dict:
                 "env_steps": hit["env_steps"] if hit else None}
     if name == "impala_pong":
         return steady_rates(records, "env_steps_consumed", "env_steps")
+    if name == "ppo_halfcheetah":  # after the first iterations (the compiled step's first)
+        return steady_rates(records[len(records) // 4:], "env_steps")
     return {**steady_rates(records, "env_steps", "updates"), "return": records[-1]["return"]}
 
 

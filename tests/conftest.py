@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from walle_ray.algos import algorithm_for, register_configs
 from walle_ray.config import CONF_DIR
-from walle_ray.config import register_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = str(ROOT / "tests" / "fixtures")  # a user's package, my_pkg, outside walle_ray/
@@ -22,6 +22,16 @@ def make_cfg(*overrides: str):
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         return compose("config", overrides=list(overrides))
+
+
+def make_learner(cfg, obs_space=None, action_space=None, shards: int = 1):
+    """The learner the config's algorithm builds (``Algorithm.build_learner``), in this
+    process; the spaces default to the config's env's."""
+    if obs_space is None:
+        from walle_ray.envs import env_spaces
+
+        obs_space, action_space = env_spaces(cfg.env)
+    return algorithm_for(cfg.algo).build_learner(cfg, obs_space, action_space, shards=shards)
 
 
 @pytest.fixture

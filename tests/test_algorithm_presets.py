@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from walle_ray.algos import ALGORITHMS, algorithm_for, algorithm_of
-from walle_ray.config import ConfigError, to_container, validate
+from walle_ray.algos import ALGORITHMS, algorithm_for, algorithm_of, validate
+from walle_ray.config import ConfigError, to_container
 from walle_ray.envs import env_spaces, make_vector_env
-from walle_ray.learners import Learner
 from walle_ray.runtime.evaluate import typed_sections
 from walle_ray.topology import parse_topology
 
-from conftest import ROOT, make_cfg
+from conftest import ROOT, make_cfg, make_learner
 
 CONF = ROOT / "walle_ray" / "conf"
 ALGO_OPTIONS = sorted(p.stem for p in (CONF / "algo").glob("*.yaml"))
@@ -79,7 +78,7 @@ def case_overrides(algo: str, env: str | None, preset: str | None = None) -> lis
 def preflight(cfg):
     """The checks ``runtime/train.py`` makes before it builds anything, in its order; returns
     the algorithm, the env's spaces, and the ConfigError check_spaces raised (or None)."""
-    validate(cfg, algorithm=False)
+    validate(cfg, own_checks=False)
     algo = algorithm_for(cfg.algo)
     obs_space, action_space = env_spaces(cfg.env)
     refused = None
@@ -147,7 +146,7 @@ def is_finite_number(value) -> bool:
 def fill_and_sample(algo, cfg, sampler) -> tuple[object, object, int]:
     """The memory that ``algo.memory_spec`` names, filled from the sampler until it can serve
     a batch, as an asynchronous LocalFleet.step fills it; returns the memory, the batch and the env steps."""
-    cls, args, kwargs = algo.memory_spec(cfg, 0)
+    cls, args, kwargs = algo.memory(cfg, 0)
     memory = cls(*args, **kwargs)
     env_steps = 0
     for _ in range(MAX_COLLECTS):
@@ -233,10 +232,10 @@ def test_preset_validates_and_builds_its_roles(algo_option, env_option, preset, 
 
     topo = parse_topology(cfg.topology.spec)
     assert topo.local
-    learner = Learner(cfg, obs_space, action_space)
+    learner = make_learner(cfg, obs_space, action_space)
     sampler = None  # offline algorithms have none: their memory serves the dataset
     if not offline:
-        cls, args, kwargs = algo.sampler_spec(cfg, topo, 0)
+        cls, args, kwargs = algo.sampler(cfg, topo, 0)
         sampler = cls(*args, **kwargs)
     try:
         version, weights = learner.weights()

@@ -1,4 +1,4 @@
-"""Role processes keep freed memory for reuse (runtime/allocator.py)."""
+"""Role processes keep freed memory for reuse (runtime/process.py)."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import pytest
 PROBE = """
 import resource, sys
 import numpy as np
-from walle_ray.runtime.allocator import keep_freed_memory
+from walle_ray.runtime.process import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 def step():  # like an update: a few large activations alive at once, then freed

@@ -6,7 +6,9 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from walle_ray.config import ConfigError, validate
+from walle_ray.algos import validate
+
+from walle_ray.config import ConfigError
 from walle_ray.runtime.args import rewrite_args
 from walle_ray.config import CONF_DIR
 

@@ -43,7 +43,7 @@ def test_every_algorithms_sampler_acts_and_writes_by_the_contracts(name):
 
     algo = ALGORITHMS[name]
     cfg = make_cfg(f"algo={name}", "env=pendulum" if name in ("ddpg", "td3", "apex_ddpg") else "env=cartpole")
-    cls, args, kwargs = algo.sampler_spec(cfg, parse_topology("local"), 0)
+    cls, args, kwargs = algo.sampler(cfg, parse_topology("local"), 0)
     sampler = cls(*args, **kwargs)
     try:
         assert isinstance(sampler, SamplerRole)
@@ -73,9 +73,27 @@ def test_memories_are_memories_and_replay_shards_take_feedback(tmp_path):
     assert isinstance(dataset, Memory) and not isinstance(dataset, FeedbackMemory)
 
 
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_memory_an_algorithm_builds_is_a_memory(name):
+    """An asynchronous algorithm's memories meet ``Memory`` (dataset memories: above); a
+    synchronous one's learners take their fragments directly and it names none."""
+    algo = ALGORITHMS[name]
+    if algo.loop == "sync":
+        assert algo.memory_spec is None
+        return
+    if algo.reads_dataset:
+        return
+    env = "pendulum" if name in ("ddpg", "td3", "apex_ddpg") else "cartpole"
+    cfg = make_cfg(f"algo={name}", f"env={env}", "topology.spec=2a2m1l")
+    cls, args, kwargs = algo.memory(cfg, 1)
+    memory = cls(*args, **kwargs)
+    assert isinstance(memory, Memory)
+    assert isinstance(memory, FeedbackMemory) == hasattr(cls, "feedback")
+
+
 @pytest.mark.parametrize("name,ok", [("dqn", True), ("td3", True), ("impala", False), ("ppo", False)])
 def test_only_memories_that_can_be_saved_are_snapshotted(name, ok):
-    from walle_ray.config import validate
+    from walle_ray.algos import validate
 
     env = "pendulum" if name == "td3" else "cartpole"
     cfg = make_cfg(f"algo={name}", f"env={env}", "memory.checkpoint=true")

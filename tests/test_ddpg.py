@@ -22,7 +22,7 @@ from walle_ray.learners.targets import polyak_update
 from walle_ray.batch import ReplayBatch
 from walle_ray.config import ConfigError, EnvConfig, ModelConfig
 from walle_ray.learners.collective import Collective
-from walle_ray.models.deterministic import make_deterministic_model
+from walle_ray.models.factory import make_deterministic_model
 
 # Batches arrive as read-only views of the object store, as on a learner.
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -283,7 +283,8 @@ def test_configs_carry_the_papers_settings():
 def test_validate_names_the_bad_key():
     def cfg(**algo):
         return OmegaConf.create({"algo": OmegaConf.structured(TD3Config(**algo)),
-                                 "env": OmegaConf.structured(EnvConfig())})
+                                 "env": OmegaConf.structured(EnvConfig()),
+                                 "topology": {"spec": "local"}})
 
     validate(cfg())
     with pytest.raises(ConfigError, match="algo.exploration"):

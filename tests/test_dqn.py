@@ -166,7 +166,7 @@ def test_a_skipped_step_sends_no_priorities():
 @pytest.mark.parametrize("algo", ["dqn", "apex", "ddpg", "td3"])
 @pytest.mark.parametrize("key", ["normalize_obs", "normalize_reward"])
 def test_replay_algorithms_refuse_normalisation_they_would_ignore(algo, key):
-    from walle_ray.config import validate
+    from walle_ray.algos import validate
 
     from conftest import make_cfg
 

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from walle_ray.algos.es import noise_source, sampler_spec
+from walle_ray.algos.es import ES, noise_source
 from walle_ray.algos.es.model import ESPolicy
 from walle_ray.algos.es.ops import centered_ranks, es_gradient, noise_table, sample_offsets
-from walle_ray.config import ConfigError, validate
+from walle_ray.algos import validate
+from walle_ray.config import ConfigError
 from walle_ray.topology import parse_topology
 
 from conftest import make_cfg, run_cli
@@ -63,7 +64,7 @@ def test_the_noise_table_is_put_once_and_samplers_get_a_reference(ray_session):
 
     cfg = make_cfg("algo=es", "env=cartpole", "algo.noise_size=1000", "topology=4a1m1l")
     topo = parse_topology("4a1m1l")
-    sources = {sampler_spec(cfg, topo, i)[1][5] for i in range(4)}
+    sources = {ES.sampler(cfg, topo, i)[1][5] for i in range(4)}
     assert len(sources) == 1  # every sampler is sent the same holder's name, not the table
     name = sources.pop()
     box = ray_session.get(ray_session.get_actor(name).get.remote())
@@ -75,7 +76,7 @@ def test_the_noise_table_is_put_once_and_samplers_get_a_reference(ray_session):
 def test_a_sampler_returns_offsets_and_returns_never_weights():
     cfg = make_cfg("algo=es", "env=cartpole", "algo.noise_size=100000", "algo.pairs=3",
                    "model.hidden=[8]")
-    cls, args, kwargs = sampler_spec(cfg, parse_topology("1a1m1l"), 0)
+    cls, args, kwargs = ES.sampler(cfg, parse_topology("1a1m1l"), 0)
     sampler = cls(*args, **kwargs)
     sampler.set_weights(sampler.model.get_weights(), 0)
     evals, stats = sampler.collect()

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from walle_ray.envs import env_spaces
+from walle_ray.algos import algorithm_for
 from walle_ray.algos.ppo import fragment_length
+from walle_ray.envs import env_spaces
 from walle_ray.runtime.fleet import LocalFleet
 from walle_ray.runtime.ray_fleet import RayFleet
 from walle_ray.topology import parse_topology, plan_resources
@@ -17,10 +18,11 @@ TINY = ["algo.batch_size=128", "algo.minibatch_size=32", "algo.epochs=2"]
 def build(cfg, spec, ray_session=None):
     topo = parse_topology(spec)
     obs_space, action_space = env_spaces(cfg.env)
+    algo = algorithm_for(cfg.algo)
     if topo.local:
-        return LocalFleet(cfg, topo, obs_space, action_space)
+        return LocalFleet(cfg, algo, topo, obs_space, action_space)
     plan = plan_resources(topo, cluster_cpus=2)
-    return RayFleet(cfg, topo, obs_space, action_space, plan, timeout_s=120)
+    return RayFleet(cfg, algo, topo, obs_space, action_space, plan, timeout_s=120)
 
 
 def test_fragment_length_fills_the_batch():
@@ -166,7 +168,6 @@ def test_a_fleet_without_samplers_learns_from_its_memories(monkeypatch):
     the learner updates on what the memory serves."""
     import dataclasses
 
-    from walle_ray.algos import algorithm_for
     from walle_ray.algos.spec import fragment_sampler
     from walle_ray.runtime import fleet as fleet_module
 
@@ -175,9 +176,8 @@ def test_a_fleet_without_samplers_learns_from_its_memories(monkeypatch):
     recorded = [sampler.collect()[0].rows([0, 1])]
     sampler.close()
     reader = dataclasses.replace(algorithm_for(cfg.algo), reads_dataset=True,
-                                 memory_spec=lambda cfg, k: (Recorded, (recorded,), {}))
-    monkeypatch.setattr(fleet_module, "algorithm_for", lambda _: reader)
-    fleet = fleet_module.LocalFleet(cfg, parse_topology("0a1m1l"), *env_spaces(cfg.env))
+                                 memory_spec=lambda algo, cfg, k: (Recorded, (recorded,), {}))
+    fleet = fleet_module.LocalFleet(cfg, reader, parse_topology("0a1m1l"), *env_spaces(cfg.env))
     try:
         fleet.start()
         step = fleet.step(0)
@@ -191,8 +191,8 @@ def test_a_fleet_without_samplers_learns_from_its_memories(monkeypatch):
 @pytest.mark.parametrize("algo", ["impala", "ppo"])
 def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo):
     """On 2 CPUs, 4a2m2l runs as 2 sampler processes of 2 samplers each, one memory process
-    and one learner process for both shards; every logical sampler reports, and the run
-    learns."""
+    (IMPALA's; PPO's learners take the fragments directly) and one learner process for both
+    shards; every logical sampler reports, and the run learns."""
     import json
 
     from conftest import run_cli
@@ -201,8 +201,9 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
              else ["algo.batch_size=256", "algo.minibatch_size=32", "run.total_env_steps=2048"])
     out = run_cli(f"algo={algo}", "topology=4a2m2l", "run.ray_num_cpus=2", "~preset",
                   "logger.progress=line", f"hydra.run.dir={tmp_path}", *extra, timeout=240).stdout
-    assert ("4 samplers in 2 processes (2 each), 2 memories in 1 process (2 each), 2 learners "
-            "in 1 process (2 each) (topology.pack=auto)") in out
+    memories = "2 memories in 1 process (2 each), " if algo == "impala" else ""
+    assert (f"4 samplers in 2 processes (2 each), {memories}2 learners in 1 process (2 each) "
+            "(topology.pack=auto)") in out
     assert "stopped (budget)" in out
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["env_steps"] >= 2048 and records[-1]["faults/sampler_restarts"] == 0
@@ -222,7 +223,8 @@ def test_a_learner_takes_the_idle_samplers_cpus_in_a_synchronous_loop(overrides,
 
     topo = parse_topology(spec)
     plan = plan_resources(topo, cluster_cpus=2)
-    assert learner_threads(make_cfg(*overrides), plan_packing(topo, 2, "off"), plan) == threads
+    cfg = make_cfg(*overrides)
+    assert learner_threads(cfg, algorithm_for(cfg.algo), plan_packing(topo, 2, "off"), plan) == threads
 
 
 @pytest.mark.parametrize("spec, cpus, learner_cpus, threads", [
@@ -242,4 +244,5 @@ def test_an_asynchronous_learner_runs_the_threads_of_its_cpus(spec, cpus, learne
     topo = parse_topology(spec)
     packing = plan_packing(topo, cpus, "auto")
     plan = plan_resources(packing.processes(topo), cluster_cpus=cpus, learner_cpus=learner_cpus)
-    assert learner_threads(make_cfg("algo=impala"), packing, plan) == threads
+    cfg = make_cfg("algo=impala")
+    assert learner_threads(cfg, algorithm_for(cfg.algo), packing, plan) == threads

@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_cfg, run_cli
-from walle_ray.envs import env_spaces
-from walle_ray.learners import Learner
+from conftest import make_cfg, make_learner, run_cli
 from walle_ray.learners.guard import NonFiniteUpdate, clip_grad_norm
 from walle_ray.algos import algorithm_for
 from walle_ray.topology import parse_topology
@@ -20,9 +18,9 @@ from walle_ray.topology import parse_topology
 def learner_and_rollout(*overrides):
     cfg = make_cfg("topology=local", *overrides)
     topo = parse_topology("local")
-    cls, args, kwargs = algorithm_for(cfg.algo).sampler_spec(cfg, topo, 0)
+    cls, args, kwargs = algorithm_for(cfg.algo).sampler(cfg, topo, 0)
     sampler = cls(*args, **kwargs)
-    learner = Learner(cfg, *env_spaces(cfg.env))
+    learner = make_learner(cfg)
     sampler.set_weights(learner.model.get_weights(), 0)
     rollout, _ = sampler.collect()
     sampler.close()

@@ -69,25 +69,42 @@ def _batches(action_space, n=3, rows=32, seed=0):
 
 @pytest.mark.parametrize("space", [None, gym.spaces.Box(-1, 1, (2,))], ids=["discrete", "continuous"])
 def test_marwil_with_beta_0_is_bc(space):
-    """The same updates from the same start: with beta 0 and no value loss the weights are
-    equal; with a value loss, the policy's weights still are (the critic is its own MLP, and
-    without a global gradient clip nothing couples them)."""
+    """The same updates from the same start, with the default settings (a value loss, the
+    gradient clip): with beta 0 MARWIL fits no value and its weights are BC's, the value
+    head's untouched."""
     batches = _batches(space)
     runs = {}
-    # no gradient clip: its norm would count the value's gradient too
-    for name, cfg in (("bc", BCConfig(max_grad_norm=0)),
-                      ("marwil", MARWILConfig(beta=0.0, vf_coef=0.0, max_grad_norm=0)),
-                      ("marwil_v", MARWILConfig(beta=0.0, vf_coef=1.0, max_grad_norm=0))):
+    for name, cfg in (("bc", BCConfig()), ("marwil", MARWILConfig(beta=0.0))):
         model = _model(space)
         update = OfflineUpdate(cfg, model, Collective(), False, 10_000, torch.device("cpu"))
         for b in batches:
-            update.update([b], 0)
+            metrics = update.update([b], 0)
         runs[name] = {k: v.clone() for k, v in model.state_dict().items()}
+    assert "value_loss" not in metrics
     for key, value in runs["bc"].items():
         torch.testing.assert_close(runs["marwil"][key], value)
-        if not key.startswith("v."):
-            torch.testing.assert_close(runs["marwil_v"][key], value)
-    assert any(not torch.equal(runs["marwil_v"][k], runs["bc"][k]) for k in runs["bc"] if k.startswith("v."))
+    untouched = {k: v for k, v in _model(space).state_dict().items() if k.startswith("v.")}
+    assert untouched and all(torch.equal(runs["marwil"][k], v) for k, v in untouched.items())
+
+
+def test_marwil_with_beta_0_is_bc_through_a_shared_conv_torso():
+    """Frames: the torso is shared, so a value loss would move the policy too; with beta 0
+    it is BC's step, gradient clip and all."""
+    frames = gym.spaces.Box(0, 255, (4, 42, 42), np.uint8)
+    rng = np.random.default_rng(0)
+    batch = OfflineBatch(obs=rng.integers(0, 255, (8, 4, 42, 42), dtype=np.uint8),
+                         action=rng.integers(0, 6, 8), ret=rng.normal(size=8).astype(np.float32),
+                         tail=np.zeros(8, np.float32), final_obs=np.zeros((8, 4, 42, 42), np.uint8))
+    runs = []
+    for cfg in (BCConfig(), MARWILConfig(beta=0.0)):
+        torch.manual_seed(0)
+        model = make_actor_critic(frames, gym.spaces.Discrete(6), ModelConfig(bf16="false"), False)
+        update = OfflineUpdate(cfg, model, Collective(), False, 10_000, torch.device("cpu"))
+        for _ in range(3):
+            update.update([batch], 0)
+        runs.append(model.state_dict())
+    for key, value in runs[0].items():
+        torch.testing.assert_close(runs[1][key], value)
 
 
 def test_marwil_with_beta_above_0_weights_by_advantage():
@@ -297,3 +314,31 @@ def test_collect_then_bc_reaches_475_on_cartpole(tmp_path):
     assert "stopped (return)" in out and (run / "checkpoints" / "last.pt").is_file()
     report = json.loads((run / "report.json").read_text())
     assert report["memories"][0]["served_rows"] > 0 and "sampler" not in report["summary"]
+
+
+def test_the_advantage_normaliser_follows_the_batches_at_its_rate():
+    """c^2 starts at ``adv_norm_init`` (or the first batch's mean A^2) and moves a step of
+    ``adv_norm_rate`` towards each batch's: RLlib's settings and walle_ray's defaults."""
+    from walle_ray.algos.imitation.update import advance_adv_sq
+
+    assert advance_adv_sq(None, 4.0, 1e-3) == 4.0
+    assert advance_adv_sq(4.0, 14.0, 0.5) == 9.0
+    batches = _batches(None, n=3)
+    for cfg, first in ((MARWILConfig(beta=1.0), None),
+                       (MARWILConfig(beta=1.0, adv_norm_init=100.0, adv_norm_rate=1e-8,
+                                     max_weight=None), 100.0)):
+        model = _model(None)
+        update = OfflineUpdate(cfg, model, Collective(), False, 10_000, torch.device("cpu"))
+        assert update.adv_sq == first
+        want = first
+        for b in batches:
+            with torch.no_grad():  # the batch's mean A^2 under the model before its step
+                ret, _ = update._returns(*(torch.as_tensor(getattr(b, k))
+                                           for k in ("ret", "tail", "final_obs")))
+                sq = float((ret - model.value(torch.as_tensor(b.obs))).pow(2).mean())
+            update.update([b], 0)
+            want = advance_adv_sq(want, sq, cfg.adv_norm_rate)
+            assert update.adv_sq == pytest.approx(want, rel=1e-5)
+    assert update.adv_sq == pytest.approx(100.0, rel=1e-6)  # RLlib's barely moves
+    weight = marwil_weights(torch.tensor([1e3]), 1.0, torch.tensor(1.0), None)
+    assert weight.item() > 20  # no clip

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from walle_ray.algos.impala import IMPALA
 from walle_ray.envs import env_spaces
 from walle_ray.runtime.ray_fleet import RayFleet
 from walle_ray.topology import parse_topology, plan_resources
@@ -50,7 +51,7 @@ def test_killed_sampler_is_restarted_and_the_run_goes_on(ray_session):
     cfg = make_cfg("algo=impala", "algo.batch_size=8", "algo.updates_per_call=2")
     topo = parse_topology("2a1m1l")
     obs_space, action_space = env_spaces(cfg.env)
-    fleet = RayFleet(cfg, topo, obs_space, action_space, plan_resources(topo, 2), 120)
+    fleet = RayFleet(cfg, IMPALA, topo, obs_space, action_space, plan_resources(topo, 2), 120)
     try:
         fleet.start()
         seen_after_kill = set()

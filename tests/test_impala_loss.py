@@ -78,3 +78,17 @@ def test_laser_divergence_is_kl_from_pi_to_the_policy_vtrace_evaluates():
     gauss = GaussianHead(2)
     same = torch.tensor([[0.1, -0.2, -0.5, 0.0]])
     assert gauss.implied_kl(same, same, 1.0).abs().item() < 1e-6
+
+
+def test_the_entropy_bonus_averages_over_the_steps_learned_from():
+    """``learn_t`` (burn-in) leaves steps out of the entropy's mean, not only the policy's."""
+    from walle_ray.algos.impala.loss import impala_loss
+
+    zeros = torch.zeros(2, 2)
+    entropy_t = torch.tensor([[1.0, 1.0], [3.0, 3.0]])
+    learn_t = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
+    _, terms = impala_loss(zeros, entropy_t, zeros, zeros, zeros, baseline_coef=0.5,
+                           ent_coef=0.01, mask_t=learn_t, learn_t=learn_t)
+    assert terms["entropy"].item() == pytest.approx(7 / 3)
+    _, terms = impala_loss(zeros, entropy_t, zeros, zeros, zeros, baseline_coef=0.5, ent_coef=0.01)
+    assert terms["entropy"].item() == pytest.approx(2.0)

@@ -135,7 +135,8 @@ def test_running_statistics_count_fresh_rows_only():
 
 
 def test_a_mix_without_a_queue_refuses_normalisation():
-    from walle_ray.config import ConfigError, validate
+    from walle_ray.algos import validate
+    from walle_ray.config import ConfigError
 
     uniform = "algo.replay=[{type: uniform, ratio: 1.0}]"
     validate(make_cfg("algo=impala", uniform))

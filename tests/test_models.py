@@ -106,7 +106,8 @@ def test_auto_stays_float32_where_the_kernels_are_capped_below_avx512(cpu_bf16, 
 
 
 def test_presets_leave_bf16_to_auto_and_bad_values_name_the_key():
-    from walle_ray.config import ConfigError, validate
+    from walle_ray.algos import validate
+    from walle_ray.config import ConfigError
 
     from conftest import make_cfg
 

@@ -13,7 +13,7 @@ from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.envs.testing import register_test_envs
 from walle_ray.models.policy import ActorCritic, Core
 
-from conftest import make_cfg, run_cli
+from conftest import make_cfg, make_learner, run_cli
 
 register_test_envs()
 
@@ -140,7 +140,8 @@ def test_a_recurrent_model_refuses_a_stateless_forward():
      "leaves no step of a 20-step fragment"),
 ])
 def test_bad_core_settings_are_refused(overrides, message):
-    from walle_ray.config import ConfigError, validate
+    from walle_ray.algos import validate
+    from walle_ray.config import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         validate(make_cfg(*overrides))
@@ -196,14 +197,11 @@ def test_an_lstm_remembers_what_a_feed_forward_policy_cannot(tmp_path, algo):
 
 
 def impala_learner(burn_in: int):
-    from walle_ray.envs import env_spaces
-    from walle_ray.learners import Learner
-
     cfg = make_cfg("algo=impala", "env.id=walle/Counting-v0", "+env.kwargs.length=10",
                    "model.hidden=[8]", "model.core=lstm", "model.core_size=6",
                    f"model.burn_in={burn_in}", "algo.rho_bar=1e9", "algo.c_bar=1e9",
                    "algo.ent_coef=0.5", "algo.clear_policy_coef=1.0", "algo.clear_value_coef=1.0")
-    return Learner(cfg, *env_spaces(cfg.env))
+    return make_learner(cfg)
 
 
 def replayed_rollout():
@@ -236,3 +234,65 @@ def test_burned_in_steps_of_replayed_rows_teach_nothing(burn_in, teaches):
         assert metrics["burn_in_frac"] == pytest.approx(3 * 2 / (8 * 4))
     same = all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert same != teaches
+
+
+def test_burned_in_steps_leave_the_entropy_and_clear_means():
+    """R2D2 drops burn-in steps from the loss: the entropy bonus and CLEAR's cloning average
+    over the steps that are learned from, so neither is diluted by the burned-in ones."""
+    import torch
+
+    rollout = replayed_rollout()
+    reference = impala_learner(3)  # the same start: its unroll gives the update's outputs
+    t = lambda x: torch.as_tensor(np.asarray(x))  # noqa: E731
+    with torch.no_grad():
+        params_t, v_t, _, _, burn_t = reference.update_rule._unroll(rollout, t)
+        head = reference.model.head
+        entropy_t = head.dist(params_t).entropy()
+        kl_t = head.kl(t(rollout.dist_t), params_t)
+    cloned_t = burn_t * t(rollout.replayed_b).float().expand_as(burn_t)
+    metrics = impala_learner(3).update([rollout], 0)
+    assert burn_t.mean() < 1  # some steps are burned in
+    assert metrics["entropy"] == pytest.approx(float((entropy_t * burn_t).sum() / burn_t.sum()),
+                                               rel=1e-5)
+    assert metrics["clear_policy"] == pytest.approx(float((kl_t * cloned_t).sum() / cloned_t.sum()),
+                                                    rel=1e-5)
+    clear_value = ((v_t - t(rollout.v_t)) ** 2 * cloned_t).sum() / cloned_t.sum()
+    assert metrics["clear_value"] == pytest.approx(float(clear_value), rel=1e-5)
+
+
+def test_sequences_unrolled_from_their_start_states_give_the_full_unroll():
+    """``chunk_sequences``: each sequence's start state is the full unroll's state there, so
+    unrolling the sequences gives the full unroll's outputs step for step; 10 steps in
+    sequences of 4 pad the last one, and the padding is masked out."""
+    from walle_ray.algos.ppo.update import chunk_sequences
+
+    s = sampler(steps=10, envs=3, length=4)
+    random_weights(s)
+    s.collect()
+    rollout, _ = s.collect()
+    model = s.policy.model
+    obs_t, first_t = torch.as_tensor(rollout.obs_t), torch.as_tensor(rollout.first_t())
+    state_b = torch.as_tensor(rollout.state_b)
+    with torch.no_grad():
+        params_t, v_t, _ = model.unroll(obs_t, state_b, first_t)
+        starts, valid, (obs_c, first_c, params_c, v_c) = chunk_sequences(
+            model, state_b, 4, obs_t, first_t, params_t, v_t)
+        params_s, v_s, _ = model.unroll(obs_c, starts, first_c)
+    assert obs_c.shape[:2] == (4, 3 * 3) and int(valid.sum()) == 10 * 3
+    assert not valid[2:, 2].any() and valid[:2, 2].all()  # column 0's third sequence: 2 real steps
+    torch.testing.assert_close(params_s[valid], params_c[valid])
+    torch.testing.assert_close(v_s[valid], v_c[valid])
+
+
+def test_recurrent_ppo_takes_the_gradient_steps_of_a_feed_forward_net():
+    """Fragments of 32 steps from 4 envs, minibatches of 16 steps: with sequences of 8, two
+    sequences a minibatch and 8 steps an epoch, as without a core (whole columns made 4)."""
+    cfg = make_cfg("algo=ppo", "~preset", "env.id=walle/Counting-v0", "+env.kwargs.length=10",
+                   "model.hidden=[8]", "model.core=lstm", "model.core_size=6", "model.seq_len=8",
+                   "algo.minibatch_size=16", "algo.epochs=2")
+    learner = make_learner(cfg)
+    s = sampler(steps=32, envs=4, length=10)
+    s.set_weights(learner.model.get_weights(), 0)
+    rollout, _ = s.collect()
+    metrics = learner.update([rollout], 0)
+    assert metrics["grad_steps"] == 2 * (32 * 4) // 16

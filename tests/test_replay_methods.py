@@ -9,12 +9,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from walle_ray.algos.impala import check_replay, memory_spec
+from walle_ray.algos.impala import IMPALA, check_replay
 from walle_ray.algos.impala.config import IMPALAConfig, ReplaySpec
-from walle_ray.algos.spec import fragment_sampler, role_sections
+from walle_ray.algos.spec import actor_critic_model, fragment_sampler, role_sections
 from walle_ray.batch import Rollout
 from walle_ray.buffers.encoder import PolicyEncoder
-from walle_ray.buffers.mixed import BufferSpec, MixedMemory
 from walle_ray.buffers.ranked import (RankedReplay, annealed_multiplier, reference_distances,
                                       sequence_distances)
 from walle_ray.config import ConfigError
@@ -85,6 +84,37 @@ def test_elite_keeps_the_rows_whose_encodings_moved_least_by_ln_norm_and_cosine(
     assert kept(ranked("elite", rows, 2, "cosine"), rows) == [0, 1]
 
 
+def test_the_platforms_four_selections_by_hand():
+    """Six candidates with distances 0..5 (in a shuffled drawing order) and serving counts:
+    which positions a batch of 2 keeps under each of the platform's strategies."""
+    from walle_ray.buffers.ranked import select
+
+    distances = np.array([3.0, 0.0, 5.0, 1.0, 4.0, 2.0])  # order by distance: 1, 3, 5, 0, 4, 2
+    served = np.array([0, 2, 1, 3, 0, 0])
+    assert select("nearest", distances, served, 2).tolist() == [1, 3]
+    assert select("spread", distances, served, 2).tolist() == [1, 0]  # groups [1,3,5], [0,4,2]
+    assert select("least_served", distances, served, 2).tolist() == [5, 0]  # served 0, nearest first
+    assert select("least_served_in_group", distances, served, 2).tolist() == [5, 0]
+    # fewer distinct candidates than the batch: taken again, in the same order
+    assert select("least_served", distances[:1], served[:1], 3).tolist() == [0, 0, 0]
+
+
+def test_least_served_turns_over_the_rows_a_nearest_selection_repeats():
+    """With the same ranking, ``nearest`` serves rows 2-3 every time; ``least_served``
+    counts what it served and moves on to the rows served fewer times."""
+    rng = np.random.default_rng(0)
+    base = [rng.normal(size=(T, F)) for _ in range(6)]
+    stored = [b + 0.1 * i for i, b in enumerate(base)]  # row i moved 0.1 i: row 0 nearest
+    rows = [row(b, feature=s) for b, s in zip(base, stored)]
+    nearest = ranked("elite", rows, 2, "ln_norm")
+    assert [kept(nearest, rows) for _ in range(3)] == [[0, 1]] * 3
+    turning = ranked("elite", rows, 2, "ln_norm", strategy="least_served")
+    assert [kept(turning, rows) for _ in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    assert turning.served_count.tolist() == [1] * 6
+    again = ranked("elite", rows, 2, "ln_norm", strategy="least_served", replacement=True)
+    assert len(again.sample(2)) == 2  # drawn with repeats, each distinct row ranked once
+
+
 def test_steps_reads_evenly_spaced_steps_of_each_row():
     stored = [np.zeros((T, F)) for _ in range(4)]
     stored[0][1] = stored[1][1] = 5.0  # rows 0-1 moved a lot, at the middle step only
@@ -96,7 +126,7 @@ def test_steps_reads_evenly_spaced_steps_of_each_row():
 
 def test_elite_by_kl_keeps_the_rows_the_current_policy_acts_most_like(tmp_path):
     cfg = make_cfg("algo=impala", "env=cartpole", "model.hidden=[8]")
-    encoder = PolicyEncoder(role_sections(cfg))
+    encoder = PolicyEncoder(role_sections(cfg), actor_critic_model)
     encoder.set_weights(encoder.model.get_weights(), 0)
     rng = np.random.default_rng(1)
     rows = []
@@ -180,7 +210,7 @@ ELITE = "{type: elite, ratio: 0.5, capacity: 64, lambda_batch_multiplier: 3}"
 
 def test_a_queue_and_elite_mix_serves_batches_of_the_right_composition():
     cfg = mix_cfg(f"algo.replay=[{{type: queue, ratio: 0.5}}, {ELITE}]")
-    cls, args, kwargs = memory_spec(cfg, 0)
+    cls, args, kwargs = IMPALA.memory(cfg, 0)
     memory = cls(*args, **kwargs)
     assert memory.wants_weights and not memory.can_sample()
     s = sampler(cfg)
@@ -207,14 +237,14 @@ def test_a_snapshot_goes_through_the_checkpoint_file_and_refills_the_memory(tmp_
     from walle_ray.runtime.train import restore_memories
 
     cfg = mix_cfg(f"algo.replay=[{{type: queue, ratio: 0.5}}, {ELITE}]", "memory.checkpoint=true")
-    cls, args, kwargs = memory_spec(cfg, 0)
+    cls, args, kwargs = IMPALA.memory(cfg, 0)
     memory, fresh = cls(*args, **kwargs), cls(*args, **kwargs)
     s = sampler(cfg)
     for _ in range(2):
         memory.put(s.collect()[0])
     torch.save({"memories": arrays_to_tensors([memory.state_dict()])}, tmp_path / "last.pt")
     ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
-    fleet = SimpleNamespace(memories=[fresh], load_memory_states=lambda states: fresh.load_state_dict(states[0]))
+    fleet = SimpleNamespace(memories=[fresh], topo=SimpleNamespace(memories=1), load_memory_states=lambda states: fresh.load_state_dict(states[0]))
     restore_memories(cfg, fleet, ckpt)
     assert "replay restored: 8 rows in 1 memory" in capsys.readouterr().out
     assert fresh.buffers[1].added == 8 and len(fresh.buffers[1].rows) == 8
@@ -223,7 +253,7 @@ def test_a_snapshot_goes_through_the_checkpoint_file_and_refills_the_memory(tmp_
 
 def test_a_snapshot_keeps_the_rows_its_buffers_share_once_and_refuses_another_mix():
     cfg = mix_cfg(f"algo.replay=[{{type: uniform, ratio: 0.5, capacity: 64}}, {ELITE}]")
-    cls, args, kwargs = memory_spec(cfg, 0)
+    cls, args, kwargs = IMPALA.memory(cfg, 0)
     memory = cls(*args, **kwargs)
     s = sampler(cfg)
     for _ in range(2):
@@ -234,7 +264,7 @@ def test_a_snapshot_keeps_the_rows_its_buffers_share_once_and_refuses_another_mi
     again.load_state_dict(state)
     assert again.buffers[0].rows[2] is again.buffers[1].rows[2]  # shared again after a restore
     other = mix_cfg(f"algo.replay=[{{type: queue, ratio: 0.5}}, {ELITE}]")
-    cls, args, kwargs = memory_spec(other, 0)
+    cls, args, kwargs = IMPALA.memory(other, 0)
     with pytest.raises(ValueError, match="the same mix"):
         cls(*args, **kwargs).load_state_dict(state)
 
@@ -256,7 +286,7 @@ def test_bad_ranking_settings_are_refused(spec, message):
 
 
 def test_user_networks_rank_by_kl_only_and_a_queue_alone_is_not_snapshotted(on_path):
-    from walle_ray.config import validate
+    from walle_ray.algos import validate
 
     cfg = mix_cfg(f"algo.replay=[{{type: queue, ratio: 0.5}}, {ELITE}]", "model._target_=my_pkg.nets.MyActorCritic")
     with pytest.raises(ConfigError, match="dist_function: kl"):
@@ -279,5 +309,5 @@ def test_elite_and_attentive_run_through_ray_with_two_memories_and_two_learners(
         for kind in ("elite", "attentive"):
             assert last[f"memory/{k}/{kind}_candidates"] > 0  # both memories ranked
             assert last[f"memory/{k}/{kind}_weights_version"] > 0
-    assert any(r.get(f"memory/0/elite_rank_share", 0) > 0 for r in records)
+    assert any(r.get("memory/0/elite_rank_share", 0) > 0 for r in records)
     assert last["updates"] > 0 and (tmp_path / "checkpoints" / "last.pt").is_file()

@@ -239,3 +239,13 @@ def test_a_memory_without_samplers_starves_the_run(tmp_path):
     assert "memory-1 serves 0 batches (no sampler writes to it)" in report["advice"]
     # Its sampler blocks on the full memory-0 in a call that never returns: said, not hidden.
     assert "0" in report["silent_samplers"] and "sampler-0 sent no report" in report["summary"]
+
+
+def test_silent_samplers_are_the_topology_s_samplers_when_rows_are_dealt():
+    # 2 samplers whose rows are dealt across 4 memories: each memory has 2 feeders, 8 in all,
+    # but only sampler-0 and sampler-1 exist to fall silent.
+    times = RunTimes({"algo": "impala", "env": "pong", "topology": "2a4m4l", "loop": "async",
+                      "local": False, "learners": 4, "feeders": [2, 2, 2, 2], "samplers": 2},
+                     memories_of_sampler=lambda i: [0, 1, 2, 3])
+    times.add_record(1.0, None, [])
+    assert sorted(times.silent()) == [0, 1]

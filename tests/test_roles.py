@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.algos.spec import fragment_sampler, fragment_sampler_args
 from walle_ray.batch import concat_rollouts
-from walle_ray.buffers.fifo import FIFOMemory
+from walle_ray.buffers.fifo import FIFOQueue
 from walle_ray.config import EnvConfig, ModelConfig
 from walle_ray.models import RunningNorm, make_actor_critic
 
@@ -49,6 +49,70 @@ def test_fragment_shapes_and_contents():
     logp = torch.log_softmax(torch.from_numpy(r.dist_t), -1).gather(
         -1, torch.from_numpy(r.action_t)[..., None])[..., 0]
     np.testing.assert_allclose(r.logp_t, logp.numpy(), rtol=1e-5)
+
+
+def test_a_sampler_takes_its_weights_from_any_feed():
+    """The acting loop knows no Ray: any object with ``refresh``, ``ahead`` and ``lead``
+    (``contracts.WeightsFeed``) feeds it; ``ahead`` comes ``lead`` steps before the end."""
+    from walle_ray.contracts import WeightsFeed
+
+    s = make_sampler(T=7)
+    weights = s.policy.model.get_weights()
+    calls, steps = [], []
+    env_step = s.env.step
+    s.env.step = lambda *args: (steps.append(1), env_step(*args))[1]
+
+    class Feed:
+        lead = 2
+
+        def refresh(self, sampler):
+            calls.append(("refresh", sampler.version))
+            if sampler.version < 7:
+                sampler.set_weights(weights, 7)
+
+        def ahead(self):
+            calls.append(("ahead", len(steps)))
+
+    assert isinstance(Feed(), WeightsFeed)
+    first, _ = s.collect(Feed())
+    second, stats = s.collect(Feed())
+    assert (first.version_b == 7).all() and stats["policy_version"] == 7
+    assert calls == [("refresh", -1), ("ahead", 5), ("refresh", 7), ("ahead", 12)]
+
+
+def test_a_restarting_sampler_rebuilds_on_env_errors_but_not_on_the_feed_s():
+    """An env that raises costs a rebuilt sampler and a lost fragment; an error from the
+    weights feed (a parameter server gone) is not the env's and reaches the caller."""
+    from walle_ray.actors.restart import RestartingSampler
+    from walle_ray.algos.spec import fragment_sampler
+
+    args = (counting(), OmegaConf.structured(ModelConfig()), 7, 0.5, 0, 0)
+    sampler = RestartingSampler(fragment_sampler, args)
+    weights = sampler.sampler.policy.model.get_weights()
+
+    class Feed:
+        lead, broken = 0, False
+
+        def refresh(self, s):
+            if self.broken:
+                raise ConnectionError("the parameter server is gone")
+            s.set_weights(weights, 1)
+
+        def ahead(self):
+            pass
+
+    feed = Feed()
+    first = sampler.sampler
+    step = first.env.step
+    first.env.step = lambda *a: (_ for _ in ()).throw(RuntimeError("env broke"))
+    _, stats = sampler.collect(feed)
+    assert sampler.sampler is not first and stats["lost_fragments"] == 1
+    first.env.step = step
+    feed.broken = True
+    rebuilt = sampler.sampler
+    with pytest.raises(ConnectionError):
+        sampler.collect(feed)
+    assert sampler.sampler is rebuilt and sampler.restarts == 1
 
 
 def test_episodes_continue_across_fragments():
@@ -160,7 +224,7 @@ def test_samplers_skip_the_bootstrap_value_only_where_learners_compute_it(algo, 
     from walle_ray.topology import parse_topology
 
     cfg = make_cfg(f"algo={algo}", "topology=local")
-    cls, args, kwargs = algorithm_for(cfg.algo).sampler_spec(cfg, parse_topology("local"), 0)
+    cls, args, kwargs = algorithm_for(cfg.algo).sampler(cfg, parse_topology("local"), 0)
     sampler = cls(*args, **kwargs)
     assert cls is Sampler and isinstance(sampler.writer, FragmentWriter)
     assert sampler.writer.bootstrap_value == bootstrap
@@ -197,8 +261,8 @@ def test_concat_joins_along_envs():
     np.testing.assert_array_equal(row.obs_t[:, 0], b.obs_t[:, 0])
 
 
-def test_fifo_memory_is_bounded_and_ordered():
-    m = FIFOMemory(capacity=2)
+def test_fifo_queue_is_bounded_and_ordered():
+    m = FIFOQueue(capacity=2)
     assert m.put("a") and m.put("b") and not m.put("c")
     assert m.stats() == {"depth": 2, "capacity": 2, "dropped": 1}
     assert m.take(1) == ["a"] and m.take() == ["b"] and m.take() == []
@@ -317,8 +381,17 @@ def test_streaming_sampler_takes_weights_asked_for_before_the_fragment_ended(ray
         ray.get(ps.publish.remote(2, box))
         worker._ask()
 
+    class Feed:  # the process's feed, asking ahead 2 steps before the end with ``ask``
+        lead = 2
+
+        def __init__(self, ask):
+            self.ahead = ask
+
+        def refresh(self, sampler):
+            worker.refresh(sampler)
+
     def fragment(ask):
-        return worker._slot(0).collect(worker._refresh, ask_at=6, ask=ask)[0].version_b[0]
+        return worker._slot(0).collect(Feed(ask))[0].version_b[0]
 
     assert fragment(publish_then_ask) == 1 and fetches == [-1]  # the first fragment pulls
     assert fragment(worker._ask) == 2 and fetches == [-1]  # from the answer: no pull

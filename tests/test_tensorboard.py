@@ -11,7 +11,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import make_cfg, run_cli
-from walle_ray.config import ConfigError, validate
+from walle_ray.algos import validate
+from walle_ray.config import ConfigError
 
 RUN = ("topology=local", "logger=tensorboard", "algo.batch_size=512", "algo.epochs=1",
        "logger.progress=off")
@@ -48,7 +49,10 @@ def test_event_files_hold_the_metrics_records(tmp_path):
     expected = jsonl_scalars(run_dir)
     assert len(expected["env_steps"]) == 3 and "learn/policy_loss" in expected
     assert event_scalars(events) == expected
-    assert events.Tags()["tensors"] == ["config/text_summary"]  # the config, once
+    # the config, once, and the run's time and cost at its end
+    assert sorted(events.Tags()["tensors"]) == ["config/text_summary", "summary/text_summary"]
+    summary = events.Tensors("summary/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "| minutes |" in summary and "| core_hours |" in summary
     config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "envs_per_sampler: 4" in config
     assert [e.step for e in events.Images("timing")] == [1536]  # the end-of-run timing figure

@@ -99,13 +99,16 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
     assert plan_packing(t, 2, packs_learners=False).learners == ((0,), (1,), (2,), (3,))
     assert plan_packing(parse_topology("2a1m1l"), 2).describe(parse_topology("2a1m1l")) == (
         "2 samplers in 2 processes, 1 memory in 1 process, 1 learner in 1 process")
+    assert plan_packing(parse_topology("2a1m1l"), 2).describe(parse_topology("2a1m1l"),
+                                                              memories=False) == (
+        "2 samplers in 2 processes, 1 learner in 1 process")
     assert plan_packing(parse_topology("0a1m1l"), 2).samplers == ()
 
 
 def test_topology_pack_takes_auto_off_or_a_number():
     from conftest import make_cfg
 
-    from walle_ray.config import validate
+    from walle_ray.algos import validate
 
     for value in ("auto", "off", "3"):
         validate(make_cfg(f"topology.pack={value}"))

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, make_cfg, run_cli
-from walle_ray.config import validate
+from walle_ray.algos import validate
 from walle_ray.runtime.args import rewrite_args
 from walle_ray.config import CONF_DIR
 

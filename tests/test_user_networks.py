@@ -7,14 +7,14 @@ in one process and on Ray, and its checkpoint evaluates; broken ones are refused
 import pytest
 
 from walle_ray.algos import algorithm_for
-from walle_ray.config import ConfigError, validate
+from walle_ray.algos import validate
+from walle_ray.config import ConfigError
 from walle_ray.contracts import ActorCriticNet, DeterministicNet, QNet
 from walle_ray.envs import env_spaces
-from walle_ray.learners import Learner
 from walle_ray.models.user import UserNetwork, check_user_model, load_target
 from walle_ray.topology import parse_topology
 
-from conftest import make_cfg, run_cli
+from conftest import make_cfg, make_learner, run_cli
 from test_algorithm_presets import check_eval_policy, fill_and_sample
 
 CORRIDOR = ["env.id=my_pkg.envs:Corridor-v0", "~preset"]
@@ -58,10 +58,10 @@ def checked(*overrides: str):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_familys_user_network_passes_the_check_and_updates(on_path, family):
     cfg, algo, obs_space, action_space = checked(*SMALL, *FAMILIES[family])
-    learner = Learner(cfg, obs_space, action_space)
+    learner = make_learner(cfg, obs_space, action_space)
     assert isinstance(learner.model, UserNetwork)
     assert isinstance(learner.model.net, PROTOCOLS[cfg.algo.name])
-    cls, args, kwargs = algo.sampler_spec(cfg, parse_topology("local"), 0)
+    cls, args, kwargs = algo.sampler(cfg, parse_topology("local"), 0)
     sampler = cls(*args, **kwargs)
     try:
         version, weights = learner.weights()

@@ -9,7 +9,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from walle_ray.config import CONF_DIR, ConfigError, register_configs
+from walle_ray.algos import register_configs
+
+from walle_ray.config import CONF_DIR, ConfigError
 from walle_ray.runtime.args import (announce_preset, checked_config_dirs, rewrite_args,
                                     searchpath_override, user_config_dirs)
 

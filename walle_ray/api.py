@@ -112,7 +112,9 @@ def _compose(overrides: list[str], config_dir, run_dir):
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
-    from walle_ray.config import CONF_DIR, ConfigError, register_configs
+    from walle_ray.algos import register_configs
+
+    from walle_ray.config import CONF_DIR, ConfigError
     from walle_ray.runtime.args import (announce_preset, checked_config_dirs, rewrite_args,
                                         searchpath_override)
 

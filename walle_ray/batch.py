@@ -31,7 +31,7 @@ class Rollout:
     return_t: np.ndarray  # [T, B] float32 running discounted return (zeros unless env.normalize_reward)
     last_obs: np.ndarray  # [B, *obs_shape] observation after the fragment (for bootstrapping)
     last_v: np.ndarray  # [B] float32 behaviour value of last_obs (NaN where the algorithm's
-    #                     learners compute it themselves: Algorithm.learner_bootstraps)
+    #                     learners compute it themselves: IMPALA's, fragment_sampler_spec)
     version_b: np.ndarray  # [B] int64 version of the weights that acted, per row
     replayed_b: np.ndarray  # [B] bool, the row came from a replay buffer (not the on-policy queue)
     state_b: np.ndarray | None = None  # [B, S] float32 recurrent core state at step 0 (zeros

@@ -130,6 +130,9 @@ class ModelConfig:
     # A recurrent core between torso and heads (PPO, PPO-KL, IMPALA): lstm | gru | None
     core: Optional[str] = None
     core_size: int = 256  # the core's hidden units
+    # PPO with a core learns on sequences of this many steps, each unrolled from its state at
+    # its start, so minibatches follow algo.minibatch_size as for a feed-forward network
+    seq_len: int = 32
     # Replayed rows: unroll the core over their first burn_in steps from the stored state,
     # without gradient, and learn from the rest (R2D2); 0: start from the stored state
     burn_in: int = 0
@@ -238,14 +241,10 @@ OmegaConf.register_new_resolver("walle_env_name", lambda env_id, entry_point=Non
                                 env_name(env_id, entry_point), replace=True)
 
 
-def register_configs() -> None:
-    """Register the root schema and every algorithm's schema with Hydra."""
-    from walle_ray.algos import ALGORITHMS
-
-    cs = ConfigStore.instance()
-    cs.store(name="walle_config", node=Config)
-    for name, algo in ALGORITHMS.items():
-        cs.store(group="schema/algo", name=name, node=algo.config_cls)
+def register_schema() -> None:
+    """Register the root schema with Hydra (``algos.register_configs`` adds each
+    algorithm's)."""
+    ConfigStore.instance().store(name="walle_config", node=Config)
 
 
 ROLE_KINDS = ("sampler", "memory", "learner", "ps")  # topology.resources' keys
@@ -258,116 +257,80 @@ def validate_role_resources(resources) -> None:
     example = "e.g. topology.resources={learner: {trainer: 1}}"
     if resources is None:
         return
-    _require(isinstance(resources, Mapping), key, f"got {resources!r}; {example}")
+    require(isinstance(resources, Mapping), key, f"got {resources!r}; {example}")
     for role, asks in resources.items():
-        _require(role in ROLE_KINDS, f"{key}.{role}", f"is not a role; use {', '.join(ROLE_KINDS)}")
-        _require(isinstance(asks, Mapping), f"{key}.{role}", f"got {asks!r}; {example}")
+        require(role in ROLE_KINDS, f"{key}.{role}", f"is not a role; use {', '.join(ROLE_KINDS)}")
+        require(isinstance(asks, Mapping), f"{key}.{role}", f"got {asks!r}; {example}")
         for name, amount in asks.items():
-            _require(name not in ("CPU", "GPU", "memory", "object_store_memory"),
-                     f"{key}.{role}.{name}", "is Ray's own; CPUs and GPUs come from "
-                     "topology.sampler_cpus, topology.learner_cpus and learner.num_gpus")
-            _require(isinstance(amount, (int, float)) and not isinstance(amount, bool)
-                     and amount > 0, f"{key}.{role}.{name}", f"got {amount!r}; use a positive number")
+            require(name not in ("CPU", "GPU", "memory", "object_store_memory"),
+                    f"{key}.{role}.{name}", "is Ray's own; CPUs and GPUs come from "
+                    "topology.sampler_cpus, topology.learner_cpus and learner.num_gpus")
+            require(isinstance(amount, (int, float)) and not isinstance(amount, bool)
+                    and amount > 0, f"{key}.{role}.{name}", f"got {amount!r}; use a positive number")
 
 
-def _check_core(cfg: DictConfig, algorithm_for) -> None:
-    """``model.core``: a known cell, on an algorithm whose learners unroll it, in the
-    built-in networks."""
-    m = cfg.model
-    _require(m.burn_in >= 0, "model.burn_in", "must be zero or positive")
-    if m.core is None:
-        _require(m.burn_in == 0, "model.burn_in", "applies to a recurrent core; set model.core too")
-        return
-    _require(m.core in ("lstm", "gru"), "model.core", f"got {m.core!r}; use lstm, gru or null")
-    _require(m.core_size > 0, "model.core_size", "must be positive")
-    algo = algorithm_for(cfg.algo)
-    _require(algo.recurrent, "model.core", f"algo={algo.name} has no recurrent networks; "
-             "use algo=ppo, ppo_kl or impala, or leave model.core unset")
-    if m.burn_in:
-        replays = [r.type for r in cfg.algo.get("replay") or [] if r.type != "queue"]
-        _require(bool(replays), "model.burn_in", f"re-derives the state of replayed rows, and "
-                 f"algo={algo.name} replays none; add a replay type to algo.replay "
-                 "(algo=impala) or leave model.burn_in at 0")
-        _require(m.burn_in < cfg.algo.fragment_length, "model.burn_in",
-                 f"{m.burn_in} leaves no step of a {cfg.algo.fragment_length}-step fragment to "
-                 "learn from; use fewer steps than algo.fragment_length")
-    _require(m._target_ is None, "model.core", "is for the built-in networks; a network of "
-             "yours (model._target_) cannot take a core yet: leave model.core unset")
-
-
-def _require(ok: bool, key: str, message: str) -> None:
+def require(ok: bool, key: str, message: str) -> None:
+    """Raise ConfigError("<key>: <message>") unless ``ok``."""
     if not ok:
         raise ConfigError(f"{key}: {message}")
 
 
-def validate(cfg: DictConfig, algorithm: bool = True) -> None:
-    """Range checks that the types cannot express; raises ConfigError naming the key.
-    ``algorithm=False`` leaves out the algorithm's own checks (the driver runs them after it
-    has checked that the algorithm can act in the env at all)."""
-    from walle_ray.algos import algorithm_for
-    from walle_ray.models.precision import bf16_setting
-    from walle_ray.topology import parse_topology
-
-    _require(cfg.mode in ("train", "eval", "collect"), "mode",
-             f"got {cfg.mode!r}; use train, eval or collect")
-    _require(cfg.run.total_env_steps > 0, "run.total_env_steps", "must be positive")
-    _require(cfg.run.max_wall_s is None or cfg.run.max_wall_s > 0, "run.max_wall_s",
-             "must be positive (or null for no limit)")
-    _require(cfg.run.return_window > 0, "run.return_window", "must be positive")
-    _require(all(math.isfinite(m) for m in cfg.run.milestones), "run.milestones",
-             f"got {list(cfg.run.milestones)}; list finite returns, e.g. [0, 10, 17]")
-    _require(cfg.run.report_every_s > 0, "run.report_every_s", "must be positive")
-    _require(cfg.run.role_timeout_s > 0, "run.role_timeout_s", "must be positive")
-    _require(cfg.run.max_restarts >= 0, "run.max_restarts", "must be zero or positive")
-    _require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
-    _require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")
-    _require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")
-    _require(cfg.env.frame_stack > 0, "env.frame_stack", "must be positive")
-    _require(cfg.env.frame_skip > 0, "env.frame_skip", "must be positive")
-    _require(cfg.learner.num_gpus >= 0, "learner.num_gpus", "must be zero or positive")
-    _require(cfg.learner.on_nonfinite in ("skip", "stop"), "learner.on_nonfinite",
-             f"got {cfg.learner.on_nonfinite!r}; use skip or stop")
-    _require(cfg.model.activation in ("tanh", "relu"), "model.activation",
-             f"got {cfg.model.activation!r}; use tanh or relu")
-    try:
-        bf16_setting(cfg.model.bf16)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    _require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
-             "model.hidden", "needs one or more positive layer widths")
-    _check_core(cfg, algorithm_for)
+def validate(cfg: DictConfig) -> None:
+    """The schema's range checks, those that the types cannot express and that need no
+    algorithm; raises ConfigError naming the key. ``algos.validate`` adds the checks that
+    need the algorithm."""
+    require(cfg.mode in ("train", "eval", "collect"), "mode",
+            f"got {cfg.mode!r}; use train, eval or collect")
+    require(cfg.run.total_env_steps > 0, "run.total_env_steps", "must be positive")
+    require(cfg.run.max_wall_s is None or cfg.run.max_wall_s > 0, "run.max_wall_s",
+            "must be positive (or null for no limit)")
+    require(cfg.run.return_window > 0, "run.return_window", "must be positive")
+    require(all(math.isfinite(m) for m in cfg.run.milestones), "run.milestones",
+            f"got {list(cfg.run.milestones)}; list finite returns, e.g. [0, 10, 17]")
+    require(cfg.run.report_every_s > 0, "run.report_every_s", "must be positive")
+    require(cfg.run.role_timeout_s > 0, "run.role_timeout_s", "must be positive")
+    require(cfg.run.max_restarts >= 0, "run.max_restarts", "must be zero or positive")
+    require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
+    require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")
+    require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")
+    require(cfg.env.frame_stack > 0, "env.frame_stack", "must be positive")
+    require(cfg.env.frame_skip > 0, "env.frame_skip", "must be positive")
+    require(cfg.learner.num_gpus >= 0, "learner.num_gpus", "must be zero or positive")
+    require(cfg.learner.on_nonfinite in ("skip", "stop"), "learner.on_nonfinite",
+            f"got {cfg.learner.on_nonfinite!r}; use skip or stop")
+    require(cfg.model.activation in ("tanh", "relu"), "model.activation",
+            f"got {cfg.model.activation!r}; use tanh or relu")
+    require(len(cfg.model.hidden) > 0 and all(h > 0 for h in cfg.model.hidden),
+            "model.hidden", "needs one or more positive layer widths")
+    require(cfg.model.burn_in >= 0, "model.burn_in", "must be zero or positive")
+    require(cfg.model.core in (None, "lstm", "gru"), "model.core",
+            f"got {cfg.model.core!r}; use lstm, gru or null")
+    require(cfg.model.core_size > 0, "model.core_size", "must be positive")
+    require(cfg.model.seq_len > 0, "model.seq_len", "must be positive")
     target = cfg.model._target_
-    _require(target is None or (bool(target.strip()) and ("." in target or ":" in target)
+    require(target is None or (bool(target.strip()) and ("." in target or ":" in target)
                                 and not target.startswith((".", ":"))),
              "model._target_", f"got {target!r}; write it as 'package.module:ClassOrFunction'")
-    _require(target is not None or not cfg.model.kwargs, "model.kwargs",
-             "are arguments for your own network; set model._target_ too, or leave them out")
-    _require(cfg.logger.name in ("console", "wandb"), "logger.name",
-             f"got {cfg.logger.name!r}; use console (metrics.jsonl and the progress line) "
-             "or wandb (the same, plus Weights & Biases); for TensorBoard choose "
-             "logger=tensorboard or logger=[wandb,tensorboard] (logger.tensorboard=true)")
-    _require(cfg.logger.mode in ("auto", "online", "offline", "disabled"), "logger.mode",
-             f"got {cfg.logger.mode!r}; use auto, online, offline or disabled")
-    _require(cfg.logger.progress in ("auto", "line", "off"), "logger.progress",
-             f"got {cfg.logger.progress!r}; use auto, line or off")
-    _require(cfg.eval.episodes > 0, "eval.episodes", "must be positive")
-    _require(cfg.eval.every_env_steps is None or cfg.eval.every_env_steps > 0,
-             "eval.every_env_steps", "must be positive (or null for no evaluation in training)")
+    require(target is not None or not cfg.model.kwargs, "model.kwargs",
+            "are arguments for your own network; set model._target_ too, or leave them out")
+    require(cfg.logger.name in ("console", "wandb"), "logger.name",
+            f"got {cfg.logger.name!r}; use console (metrics.jsonl and the progress line) "
+            "or wandb (the same, plus Weights & Biases); for TensorBoard choose "
+            "logger=tensorboard or logger=[wandb,tensorboard] (logger.tensorboard=true)")
+    require(cfg.logger.mode in ("auto", "online", "offline", "disabled"), "logger.mode",
+            f"got {cfg.logger.mode!r}; use auto, online, offline or disabled")
+    require(cfg.logger.progress in ("auto", "line", "off"), "logger.progress",
+            f"got {cfg.logger.progress!r}; use auto, line or off")
+    require(cfg.eval.episodes > 0, "eval.episodes", "must be positive")
+    require(cfg.eval.every_env_steps is None or cfg.eval.every_env_steps > 0,
+            "eval.every_env_steps", "must be positive (or null for no evaluation in training)")
     for key in ("sampler_cpus", "learner_cpus"):
         value = cfg.topology[key]
-        _require(value is None or value > 0, f"topology.{key}", "must be positive (or null)")
-    parse_topology(cfg.topology.spec)
+        require(value is None or value > 0, f"topology.{key}", "must be positive (or null)")
     pack = str(cfg.topology.pack)
-    _require(pack in ("auto", "off") or (pack.isdigit() and int(pack) > 0), "topology.pack",
-             f"got {pack!r}; use auto, off or a positive number of sampler processes")
+    require(pack in ("auto", "off") or (pack.isdigit() and int(pack) > 0), "topology.pack",
+            f"got {pack!r}; use auto, off or a positive number of sampler processes")
     validate_role_resources(cfg.topology.resources)
-    algo = algorithm_for(cfg.algo)
-    snapshots = algo.memory_spec is not None and hasattr(algo.memory_spec(cfg, 0)[0], "state_dict")
-    _require(not cfg.memory.checkpoint or snapshots, "memory.checkpoint",
-             f"{cfg.algo.name}'s memories cannot be snapshotted (they hold on-policy fragments "
-             "that are used once); only replay shards are")
-    if algorithm:
-        algo.validate(cfg)
 
 
 def to_container(cfg: DictConfig) -> dict:

@@ -102,6 +102,24 @@ class ActingPolicy(Protocol):
 
 
 @runtime_checkable
+class WeightsFeed(Protocol):
+    """Where a sampler's weights come from (``SamplerRole.collect``). Before a fragment the
+    sampler calls ``refresh(sampler)``, which hands it the newest weights the feed has
+    (``sampler.set_weights``); ``lead`` steps before the fragment ends it calls ``ahead()``,
+    so a feed that asks over the network (a Ray sampler process, ``runtime/remote.py``) has
+    its answer by the next fragment. A test feeds a sampler with any object that has these;
+    ``LocalFleet`` feeds its samplers from its parameter server."""
+
+    lead: int  # steps before a fragment ends at which ``ahead`` is called; 0: never
+
+    def refresh(self, sampler: Any) -> None:
+        """Give ``sampler`` the newest weights, if it has older ones."""
+
+    def ahead(self) -> None:
+        """The fragment ends in ``lead`` steps: prepare the next weights."""
+
+
+@runtime_checkable
 class SamplerRole(Protocol):
     """What a sampler process (``runtime/remote.py`` ``SamplerWorker``) calls a logical
     sampler by. ``Sampler`` (``actors/sampler.py``), the one acting loop, meets it for every
@@ -115,11 +133,11 @@ class SamplerRole(Protocol):
     def set_weights(self, weights: dict, version: int) -> None:
         """Take the learner's published weights and their version."""
 
-    def collect(self, ask_at: int = -1, ask: Any = None) -> tuple[Any, dict]:
+    def collect(self, feed: WeightsFeed | None = None) -> tuple[Any, dict]:
         """One item for the memories and the call's report: ``env_steps``,
         ``episode_returns``, ``episode_lengths``, ``policy_version`` and the timings
-        ``env_s``, ``act_s``, ``collect_s``. ``ask()`` before step ``ask_at``: the asynchronous
-        loop's early request for newer weights."""
+        ``env_s``, ``act_s``, ``collect_s``; the weights come from ``feed`` (none: the ones
+        it holds)."""
 
     def close(self) -> None:
         """Close its envs."""

@@ -56,6 +56,11 @@ class Topology:
             return [(i % m, None)]
         return [((i + r) % m, slice(r, None, m)) for r in range(min(rows, m))]
 
+    def learner_of_sampler(self, i: int) -> int:
+        """The learner that reads sampler i's memory (i mod M): memory k's reader is learner
+        k mod L. A synchronous algorithm's learner takes those fragments directly."""
+        return self.memory_of_sampler(i) % self.learners
+
     def memories_of_sampler(self, i: int, rows: int | None = None) -> list[int]:
         """The memories sampler i writes to (``routes``)."""
         return [k for k, _ in self.routes(i, rows)]
@@ -161,12 +166,15 @@ class Packing:
         return Topology(samplers=len(self.samplers), memories=len(self.memories),
                         learners=len(self.learners), param_servers=topo.param_servers)
 
-    def describe(self, topo: Topology) -> str:
-        """'32 samplers in 2 processes (16 each), 4 memories in 1, 4 learners in 1'."""
+    def describe(self, topo: Topology, memories: bool = True) -> str:
+        """'32 samplers in 2 processes (16 each), 4 memories in 1, 4 learners in 1'; without
+        ``memories`` (a synchronous algorithm's learners take the fragments directly) the
+        memories are left out."""
         parts = []
-        for (one, many), groups, count in ((("sampler", "samplers"), self.samplers, topo.samplers),
-                                           (("memory", "memories"), self.memories, topo.memories),
-                                           (("learner", "learners"), self.learners, topo.learners)):
+        roles = ((("sampler", "samplers"), self.samplers, topo.samplers),
+                 (("memory", "memories"), self.memories, topo.memories),
+                 (("learner", "learners"), self.learners, topo.learners))
+        for (one, many), groups, count in (r for r in roles if memories or r[0][0] != "memory"):
             sizes = sorted({len(g) for g in groups})
             each = f" ({'-'.join(map(str, sizes))} each)" if sizes and sizes != [1] else ""
             procs = f"{len(groups)} process{'es' if len(groups) != 1 else ''}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Callable
 
 
 class SamplerFailed(RuntimeError):
@@ -23,16 +22,19 @@ class RestartingSampler:
         self.sampler = cls(*args, **self.kwargs)
         self.restarts = 0  # since the start
 
-    def collect(self, prepare: Callable, **collect_kwargs) -> tuple:
-        """``prepare(sampler)`` (give it weights), then one fragment (``collect_kwargs`` go to
-        the sampler's ``collect``); the stats say how many fragments were lost to failures on
-        the way (``lost_fragments``)."""
+    def collect(self, feed=None) -> tuple:
+        """One fragment, its weights from ``feed`` (``contracts.WeightsFeed``); the stats say
+        how many fragments were lost to failures on the way (``lost_fragments``). A rebuilt
+        sampler gets its weights from the feed again. What the feed raises (a parameter
+        server that died) is not the env's failure: it goes to the caller as it was."""
         failures = 0
+        guarded = None if feed is None else _Guarded(feed)
         while True:
-            prepare(self.sampler)
             try:
-                rollout, stats = self.sampler.collect(**collect_kwargs)
+                rollout, stats = self.sampler.collect(guarded)
             except Exception as exc:  # whatever the env raised: rebuild, try again
+                if guarded is not None and guarded.error is exc:
+                    raise
                 failures += 1
                 where = f"sampler-{self.sampler.index}"
                 if failures >= self.max_failures:
@@ -59,3 +61,28 @@ class RestartingSampler:
 
     def close(self) -> None:
         self.sampler.close()
+
+
+class _Guarded:
+    """A weights feed that remembers the error it raised, so that ``RestartingSampler`` can
+    tell it from the env's."""
+
+    def __init__(self, feed):
+        self.feed, self.error = feed, None
+
+    @property
+    def lead(self) -> int:
+        return self.feed.lead
+
+    def refresh(self, sampler) -> None:
+        self._call(self.feed.refresh, sampler)
+
+    def ahead(self) -> None:
+        self._call(self.feed.ahead)
+
+    def _call(self, method, *args) -> None:
+        try:
+            method(*args)
+        except BaseException as exc:
+            self.error = exc
+            raise

@@ -11,10 +11,9 @@ import torch
 
 from walle_ray.config import EnvConfig
 from walle_ray.envs import make_vector_env
-from walle_ray.runtime.allocator import keep_freed_memory
 
 if TYPE_CHECKING:
-    from walle_ray.contracts import ActingPolicy, Writer
+    from walle_ray.contracts import ActingPolicy, WeightsFeed, Writer
 
 
 class Sampler:
@@ -33,8 +32,6 @@ class Sampler:
     def __init__(self, env_cfg: EnvConfig, make_policy: Callable[..., ActingPolicy],
                  make_writer: Callable[..., Writer], fragment_length: int, index: int = 0,
                  seed: int = 0):
-        torch.set_num_threads(1)  # many samplers share few cores; intra-op threads only contend
-        keep_freed_memory()
         self.index = index
         self.fragment_length = fragment_length
         self.env = make_vector_env(env_cfg)
@@ -52,14 +49,19 @@ class Sampler:
         self.version = version
 
     @torch.inference_mode()
-    def collect(self, ask_at: int = -1, ask: Callable[[], None] | None = None) -> tuple:
+    def collect(self, feed: WeightsFeed | None = None) -> tuple:
         """One fragment's worth of data, as the writer packs it, and stats of the episodes
-        that ended during it. ``ask()`` is called before step ``ask_at``, so a Ray sampler
-        can ask for newer weights while the fragment's last steps run (``SamplerWorker``).
+        that ended during it. ``feed`` (``contracts.WeightsFeed``) gives the weights before
+        the fragment, and is told ``feed.lead`` steps before it ends, so a Ray sampler can
+        ask for newer weights while the fragment's last steps run (``SamplerWorker``).
 
         The stats split the loop's time in two (the bottleneck report, ``walle_ray/report.py``):
         ``act_s``, the policy's act (with the weights request), and ``env_s``, the env step
         with the writer's and the episodes' bookkeeping after it."""
+        ask_at = -1
+        if feed is not None:
+            feed.refresh(self)
+            ask_at = self.fragment_length - feed.lead if feed.lead > 0 else -1
         t0 = time.perf_counter()
         clock = time.perf_counter
         B = self.env.num_envs
@@ -71,7 +73,7 @@ class Sampler:
         mark = clock()  # two clock reads a step: each ends one phase and starts the next
         for t in range(self.fragment_length):
             if t == ask_at:
-                ask()
+                feed.ahead()
             action, extras = act(obs, steps)
             next_obs, reward, terminated, truncated = writer.slots(t)
             acted = clock()

@@ -20,7 +20,8 @@ def packed_as_is(cfg: DictConfig, shards: int) -> DictConfig:
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One algorithm's wiring.
+    """One algorithm's wiring, resolved once where a run starts (``algos.algorithm_for``)
+    and handed to every part of the runtime that builds its roles.
 
     ``make_update(cfg, model, collective, device)`` builds the object that turns fragments
     into a parameter update (it owns the optimizer); ``loop`` names the driver loop;
@@ -29,32 +30,29 @@ class Algorithm:
     ``fragment_length(cfg, topology)`` is the number of steps per env in one fragment;
     ``make_model(obs_space, action_space, cfg)`` builds the network learners train and
     samplers act with (anything with ``get_weights`` / ``set_weights``);
-    ``learner_bootstraps``: its learners value each fragment's last observation themselves,
-    so samplers skip that value (``FragmentWriter(bootstrap_value=False)``);
     ``recurrent``: its updates unroll ``model.core`` over each fragment from the state its
     sampler stored (``Rollout.state_b``), so ``model.core`` may be set;
-    ``stores_encodings(cfg)``: its samplers keep each step's state encoding
-    (``Rollout.feature_t``; elite replay compares them);
     ``reads_dataset``: its memories serve recorded data, so a topology with no samplers
-    (``0a1m1l``) is legal for it.
-    ``packed_learner(cfg, shards)``: the config of one learner process that learns for
-    ``shards`` learner shards at once (``topology.pack``), given a batch from each per
+    (``0a1m1l``) is legal for it and the run counts the recorded steps it learned from;
+    ``deals_rows``: its fragments' rows are dealt across the memories (``Topology.routes``).
+    ``packed_learner(cfg, shards)``: the config of one learner process that holds ``shards``
+    of the topology's learner shards (``topology.pack``), given a batch from each per
     update, so that its gradient is the mean the shards' all-reduce would compute; None:
     its learners are never packed. An update's ``memory_feedback`` after several batches
     has ``split(sizes)``, its part for each batch (``Priorities``).
 
-    The algorithm builds its roles, so the runtime never asks which algorithm it runs:
-    ``sampler_spec(cfg, topo, i)`` and ``memory_spec(cfg, k)`` give the class of sampler i
-    (the one acting loop, ``Sampler``, given the algorithm's ``ActingPolicy`` and ``Writer``
-    factories) and of memory k with their constructor's positional and keyword arguments (a memory
-    for asynchronous algorithms; the runtime's FIFO carries a synchronous one's fragments);
+    The algorithm builds its roles, so the runtime never asks which algorithm it runs. Each
+    ``*_spec`` function gets the algorithm first and gives a class with its constructor's
+    positional and keyword arguments (call them through ``sampler``, ``memory`` and
+    ``learner``): ``sampler_spec(algo, cfg, topo, i)``, sampler i (the one acting loop,
+    ``Sampler``, given the algorithm's ``ActingPolicy`` and ``Writer`` factories);
+    ``memory_spec(algo, cfg, k)``, memory k of an asynchronous algorithm (a synchronous one's
+    learners take its samplers' fragments directly); ``learner_spec(algo, cfg, shards)``, a
+    learner process holding ``shards`` learner shards (``Learner`` with ``make_model`` and
+    ``make_update``; the runtime adds the spaces and the device).
     ``eval_policy(obs_space, action_space, cfg, seed, deterministic)`` is what evaluation acts
     with (``set_weights``, ``act``), ``cfg`` holding the trained run's env, model and algo
     sections as dataclasses.
-
-    Replay-based algorithms also name an ``explorer``: the class a replay sampler acts with
-    (the ``Explorer`` of ``walle_ray/algos/replay``); their memories are prioritized replay
-    shards and their updates send new priorities back (``Update.memory_feedback``).
     """
 
     name: str
@@ -65,26 +63,54 @@ class Algorithm:
     validate: Callable[[DictConfig], None]
     check_spaces: Callable[[gym.Space, gym.Space], None]
     make_model: Callable[..., Any] = None  # type: ignore[assignment]  # set in __post_init__
-    explorer: Optional[type] = None
-    learner_bootstraps: bool = False
     reads_dataset: bool = False
     sampler_spec: Callable[..., tuple[type, tuple, dict]] = None  # type: ignore[assignment]
     memory_spec: Optional[Callable[..., tuple[type, tuple, dict]]] = None
+    learner_spec: Callable[..., tuple[type, tuple, dict]] = None  # type: ignore[assignment]
     eval_policy: Callable[..., Any] = None  # type: ignore[assignment]
     packed_learner: Optional[Callable[[DictConfig, int], DictConfig]] = None
     recurrent: bool = False  # its updates unroll a recurrent core (model.core)
     # Its fragments are rows of env columns that may be dealt across the memories
     # (``Topology.routes``): IMPALA's, whose memories serve rows to their learners
     deals_rows: bool = False
-    stores_encodings: Callable[[DictConfig], bool] = lambda cfg: False
 
     def __post_init__(self) -> None:
         if self.make_model is None:
             object.__setattr__(self, "make_model", actor_critic_model)
         if self.sampler_spec is None:
             object.__setattr__(self, "sampler_spec", fragment_sampler_spec)
+        if self.learner_spec is None:
+            object.__setattr__(self, "learner_spec", learner_spec)
         if self.eval_policy is None:
             object.__setattr__(self, "eval_policy", ActorCriticPolicy)
+
+    def sampler(self, cfg: DictConfig, topo, i: int) -> tuple[type, tuple, dict]:
+        """Sampler i's class and arguments (``sampler_spec``)."""
+        return self.sampler_spec(self, cfg, topo, i)
+
+    def memory(self, cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
+        """Memory k's class and arguments (``memory_spec``; an asynchronous algorithm's)."""
+        return self.memory_spec(self, cfg, k)
+
+    def learner(self, cfg: DictConfig, shards: int = 1) -> tuple[type, tuple, dict]:
+        """A learner process's class and arguments, for ``shards`` learner shards
+        (``learner_spec``); construct it with the spaces after ``args``."""
+        return self.learner_spec(self, cfg, shards)
+
+    def build_learner(self, cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
+                      shards: int = 1, **kwargs):
+        """A learner in this process (``LocalFleet``, tests, benchmarks)."""
+        cls, args, spec_kwargs = self.learner(cfg, shards)
+        return cls(*args, obs_space, action_space, **spec_kwargs, **kwargs)
+
+
+def learner_spec(algo: Algorithm, cfg: DictConfig, shards: int) -> tuple[type, tuple, dict]:
+    """The plain ``Learner``, with the config of a process of ``shards`` learner shards
+    (``Algorithm.packed_learner``) and the algorithm's model and update factories."""
+    from walle_ray.learners import Learner
+
+    config = cfg if algo.packed_learner is None else algo.packed_learner(cfg, shards)
+    return Learner, (config,), {"make_model": algo.make_model, "make_update": algo.make_update}
 
 
 class ActorCriticActing:
@@ -219,16 +245,18 @@ def fragment_sampler(*args, **kwargs):
     return Sampler(*fragment_sampler_args(*args, **kwargs))
 
 
-def fragment_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
-    """Sampler i of the policy-gradient methods (``fragment_sampler_args``)."""
+def fragment_sampler_spec(algo: Algorithm, cfg, topo, i: int, bootstrap_value: bool = True,
+                          encode: bool = False) -> tuple[type, tuple, dict]:
+    """Sampler i of the policy-gradient methods (``fragment_sampler_args``). An algorithm
+    whose learners value each fragment's last observation themselves passes
+    ``bootstrap_value=False``, so samplers skip that value; ``encode`` keeps each step's
+    state encoding (elite replay)."""
     from walle_ray.actors.sampler import Sampler
-    from walle_ray.algos import algorithm_for
 
-    algo = algorithm_for(cfg.algo)
     sections = role_sections(cfg)
     return Sampler, fragment_sampler_args(sections.env, sections.model, algo.fragment_length(cfg, topo),
-                                          cfg.algo.gamma, i, cfg.run.seed,
-                                          not algo.learner_bootstraps, algo.stores_encodings(cfg)), {}
+                                          cfg.algo.gamma, i, cfg.run.seed, bootstrap_value,
+                                          encode), {}
 
 
 def role_sections(cfg) -> SimpleNamespace:

@@ -1,1 +1,2 @@
-"""Memory roles (``walle_ray.buffers.fifo``), importable without torch."""
+"""Memory roles: replay shards, IMPALA's mixed memory, recorded datasets (``buffers/mixed.py``,
+``replay.py``, ``dataset.py``); ``fifo.py`` is the queue inside the mixed memory."""

@@ -17,18 +17,18 @@ class PolicyEncoder:
     version of the learner's weights; it encodes states (``ActorCritic.encode``) and
     measures how far the current policy's outputs moved from the behaviour's.
 
-    ``sections``: the run's env and model sections (``algos.spec.role_sections``); the
-    spaces come from one env made here, as a sampler's do.
+    ``sections``: the run's env and model sections (``algos.spec.role_sections``), and
+    ``make_model(obs_space, action_space, sections)`` the algorithm's network; the spaces
+    come from one env made here, as a sampler's do.
     """
 
     CHUNK = 1024  # states per forward pass, to bound the activations' memory
 
-    def __init__(self, sections):
-        from walle_ray.algos.spec import actor_critic_model
+    def __init__(self, sections, make_model):
         from walle_ray.envs import env_spaces
 
         obs_space, action_space = env_spaces(sections.env)
-        self.model = actor_critic_model(obs_space, action_space, sections)
+        self.model = make_model(obs_space, action_space, sections)
         self.model.eval()
         self.version = -1
         # Weights arrive on one thread of the memory's process while another may be ranking.

@@ -1,4 +1,5 @@
-"""The on-policy memory role: a bounded first-in first-out queue of fragments."""
+"""A bounded first-in first-out queue: the on-policy part of IMPALA's memory mix
+(``MixedMemory``), which takes each row once."""
 
 from __future__ import annotations
 
@@ -6,16 +7,13 @@ from collections import deque
 from typing import Any
 
 
-class FIFOMemory:
-    """Bounded FIFO; ``put`` refuses when full so the writer can wait (back-pressure).
-
-    Items are fragments, or under Ray one-element lists holding a fragment's ObjectRef, so
-    the data stays in the object store and this actor only moves references.
-    """
+class FIFOQueue:
+    """Bounded FIFO of rows; ``put`` refuses when full. Not a memory role itself: the
+    memory that holds it (``MixedMemory``) says when there is room."""
 
     def __init__(self, capacity: int):
         if capacity < 1:
-            raise ValueError(f"FIFOMemory capacity must be at least 1, got {capacity}")
+            raise ValueError(f"FIFOQueue capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         self.items: deque[Any] = deque()
         self.dropped = 0

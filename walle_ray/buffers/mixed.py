@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from walle_ray.batch import Rollout, concat_rollouts
-from walle_ray.buffers.fifo import FIFOMemory
+from walle_ray.buffers.fifo import FIFOQueue
 from walle_ray.buffers.ranked import RankedReplay
 from walle_ray.buffers.replay import UniformReplay
 
@@ -44,7 +44,7 @@ class MixedMemory:
         self.specs = specs
         self.counts = [round(s.ratio * batch_rows) for s in specs]
         self.buffers = [self._buffer(s, n, seed + i) for i, (s, n) in enumerate(zip(specs, self.counts))]
-        self.queue = next((b for b in self.buffers if isinstance(b, FIFOMemory)), None)
+        self.queue = next((b for b in self.buffers if isinstance(b, FIFOQueue)), None)
         self.ranked = [b for b in self.buffers if isinstance(b, RankedReplay)]
         self.make_encoder, self.encoder = encoder, None  # built with the first weights
         self.building = threading.Lock()  # weights may arrive on two threads at the start
@@ -54,7 +54,7 @@ class MixedMemory:
     @staticmethod
     def _buffer(spec: BufferSpec, rows: int, seed: int):
         if spec.type == "queue":
-            return FIFOMemory(spec.capacity)
+            return FIFOQueue(spec.capacity)
         if spec.type == "uniform":
             return UniformReplay(spec.capacity, seed)
         return RankedReplay(spec.type, spec.capacity, rows, start_rows=spec.start_rows, seed=seed,
@@ -96,7 +96,7 @@ class MixedMemory:
         rows = [own.rows(slice(j, j + 1)) for j in range(own.reward_t.shape[1])]
         for buf in self.buffers:
             for row in rows:
-                if isinstance(buf, FIFOMemory):
+                if isinstance(buf, FIFOQueue):
                     buf.put(row)
                 else:
                     buf.add(row)
@@ -112,9 +112,9 @@ class MixedMemory:
         for buf, count in zip(self.buffers, self.counts):
             if count == 0:
                 continue
-            rows = buf.take(count) if isinstance(buf, FIFOMemory) else buf.sample(count)
+            rows = buf.take(count) if isinstance(buf, FIFOQueue) else buf.sample(count)
             batch = concat_rollouts(rows)
-            if not isinstance(buf, FIFOMemory):
+            if not isinstance(buf, FIFOQueue):
                 batch = Rollout(**{**{f.name: getattr(batch, f.name) for f in fields(Rollout)},
                                    "replayed_b": np.ones(count, bool)})
             parts.append(batch)
@@ -138,7 +138,7 @@ class MixedMemory:
         rows: list = []
         buffers = []
         for spec, buf in zip(self.specs, self.buffers):
-            if isinstance(buf, FIFOMemory):
+            if isinstance(buf, FIFOQueue):
                 buffers.append({"type": spec.type})
                 continue
             places = []
@@ -168,7 +168,7 @@ class MixedMemory:
             joined = Rollout(**{k: np.asarray(v) for k, v in state["rows"].items()})
             rows = [joined.rows(slice(j, j + 1)) for j in range(joined.reward_t.shape[1])]
         for buf, saved in zip(self.buffers, state["buffers"]):
-            if isinstance(buf, FIFOMemory):
+            if isinstance(buf, FIFOQueue):
                 continue
             held = [rows[j] for j in np.asarray(saved["rows"], np.int64)]
             if len(held) > buf.capacity:

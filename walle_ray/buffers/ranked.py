@@ -16,6 +16,10 @@ taken over all its T steps at once, as the platform does:
 - ``kl``: the mean over steps of KL(behaviour || current) of the policy's outputs, from the
   distribution parameters every fragment already stores (``Rollout.dist_t``), so nothing
   extra is stored; a recurrent policy's current outputs are unrolled from the stored state.
+  The platform's ``kl_div`` differs twice: it takes the other direction, KL(current ||
+  behaviour), on its stored 512-wide features read as logits rather than on the policy's
+  outputs. KL(behaviour || current) grows where the current policy drops actions the
+  behaviour took, which is what cuts V-trace's corrections.
 
 **Attentive experience replay** (Sun, Zhou and Li, AAAI 2020) keeps the rows whose states
 are most like the states the current policy visits now. With many envs there are many such
@@ -24,15 +28,31 @@ states: the reference is the ``reference_rows`` most recently stored rows' last 
 is the mean over its steps of the distance to the nearest reference state (``ln_norm`` or
 ``cosine`` on the encodings). The platform's reference is the one latest row's last state.
 
+**Selection** (``strategy``; the platform's ``strategy1`` to ``strategy4``). Of the
+candidates ranked by distance, a batch of ``k`` rows keeps:
+
+- ``nearest`` (``strategy1``): the k of least distance;
+- ``spread`` (``strategy2``): every (n/k)-th of the n distinct candidates in order of
+  distance, the nearest of each group of n/k;
+- ``least_served`` (``strategy3``, the platform's default): the rows served the fewest
+  times so far first, nearest first among equals;
+- ``least_served_in_group`` (``strategy4``): in each group of n/k candidates in order of
+  distance, the one served the fewest times (the nearest among equals).
+
+Each row counts the batches it was served in since it was stored. Where fewer distinct
+candidates than k were drawn, a batch takes them again in the same order (there the
+platform's ``strategy3`` would loop for ever, and its ``strategy2`` and ``strategy4``
+divide by zero).
+
 **Annealing.** ``lambda_batch_multiplier`` (lambda) candidates are drawn per row served,
-uniformly and without repeats; the ``k`` of least distance are kept. The platform lowers
+uniformly, without repeats, or with them (``replacement``, as the platform draws); the
+selection then keeps ``k``. The platform lowers
 lambda linearly to 1 over ``alpha_annealing_factor`` times its learning-rate schedule,
 counted in batches drawn; here it falls over ``alpha_annealing_factor`` times the run
 counted in the rows this buffer has stored (``anneal_rows``: the rows it stores over
 ``run.total_env_steps``), so the schedule is the same whether a learner asks for batches
 quickly or slowly, and a snapshot carries it. With alpha 1 lambda reaches 1 (uniform replay)
-as the run ends; with 2 it is halfway there. The selection is the platform's plainest
-(its ``strategy1``): the k closest candidates, whatever their sampling counts.
+as the run ends; with 2 it is halfway there.
 
 **Cost.** Ranking encodes lambda x k x T states per batch; with half of each batch
 replayed, as many as the learner's own forward and backward pass take at lambda 6. ``steps`` reads only that many
@@ -58,6 +78,7 @@ import numpy as np
 from walle_ray.buffers.replay import UniformReplay
 
 DIST_FUNCTIONS = {"elite": ("ln_norm", "cosine", "kl"), "attentive": ("ln_norm", "cosine")}
+STRATEGIES = ("nearest", "spread", "least_served", "least_served_in_group")
 
 
 def annealed_multiplier(multiplier: float, alpha: float, progress: float) -> float:
@@ -103,14 +124,31 @@ def reference_distances(enc_t: np.ndarray, ref: np.ndarray, fn: str, p: float = 
     return d.reshape(T, N).mean(axis=0)
 
 
-def closest(distances: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` smallest distances, nearest first (ties in drawing order)."""
-    return np.argsort(distances, kind="stable")[:k]
+def select(strategy: str, distances: np.ndarray, served: np.ndarray, k: int) -> np.ndarray:
+    """Which of n distinct candidates a batch of ``k`` keeps, as positions into
+    ``distances`` and ``served`` (the candidates' distances and serving counts; ``strategy``:
+    one of ``STRATEGIES``, above). Ties go in drawing order; fewer than k candidates are
+    taken again in the same order."""
+    order = np.argsort(distances, kind="stable")  # nearest first
+    n = len(order)
+    if strategy == "nearest":
+        picked = order[:k]
+    elif strategy == "least_served":
+        picked = order[np.argsort(served[order], kind="stable")][:k]
+    elif strategy in ("spread", "least_served_in_group"):
+        size = max(1, n // k)
+        groups = [order[g * size:(g + 1) * size] for g in range(min(k, n))]
+        picked = np.array([group[0] if strategy == "spread" else group[np.argmin(served[group])]
+                           for group in groups])
+    else:
+        raise ValueError(f"no selection {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    return np.resize(picked, k)
 
 
 class RankedReplay(UniformReplay):
-    """A replay buffer of rollout rows that serves the ``k`` best of
-    ``lambda_batch_multiplier * k`` uniform candidates (elite or attentive, above).
+    """A replay buffer of rollout rows that serves ``k`` of ``lambda_batch_multiplier * k``
+    uniform candidates, chosen by their distance (elite or attentive) and ``strategy``
+    (above).
 
     ``encoder`` is what encodes states with the current policy, set by the memory that
     holds the buffer once it has weights: an object with ``version`` (of its weights),
@@ -123,12 +161,17 @@ class RankedReplay(UniformReplay):
                  dist_function: str = "ln_norm", p: float = 2.0,
                  lambda_batch_multiplier: float = 1.0, alpha_annealing_factor: float = 1.0,
                  anneal_rows: float = math.inf, reference_rows: int = 16, steps: int = 0,
+                 strategy: str = "nearest", replacement: bool = False,
                  start_rows: int = 0, seed: int = 0):
         super().__init__(capacity, seed)
         if dist_function not in DIST_FUNCTIONS[kind]:
             raise ValueError(f"{kind} replay ranks by one of {', '.join(DIST_FUNCTIONS[kind])}, "
                              f"not {dist_function!r}")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"no selection {strategy!r}; use one of {', '.join(STRATEGIES)}")
         self.kind, self.k, self.fn, self.p = kind, k, dist_function, p
+        self.strategy, self.replacement = strategy, replacement
+        self.served_count = np.zeros(capacity, np.int64)  # batches each slot's row was served in
         self.steps = steps  # steps of each row the distance reads, evenly spaced; 0: all
         self.multiplier, self.alpha = lambda_batch_multiplier, alpha_annealing_factor
         self.anneal_rows = max(anneal_rows, 1.0)
@@ -146,7 +189,9 @@ class RankedReplay(UniformReplay):
         self.last = {"candidates": 0, "dist_kept": float("nan"), "dist_drawn": float("nan")}
 
     def add(self, row: Any) -> None:
+        slot = len(self.rows) if len(self.rows) < self.capacity else self.next
         super().add(row)
+        self.served_count[slot] = 0
         if self.kind == "attentive":
             self.reference.append(row.last_obs[0])
 
@@ -182,21 +227,25 @@ class RankedReplay(UniformReplay):
             return rows
 
     def _rank(self) -> list[Any]:
-        """The k rows of least distance among the candidates, or a uniform draw."""
+        """The k rows the selection keeps of the ranked candidates, or a uniform draw."""
         n = self._candidates()
         if n <= self.k:
-            return super().sample(self.k)
-        size = len(self.rows)
+            return self._serve(self.rng.integers(len(self.rows), size=self.k))
         t0 = time.perf_counter()
-        idx = self.rng.choice(size, n, replace=False)
-        rows = [self.rows[i] for i in idx]
-        distances = self.distances(rows)
-        keep = closest(distances, self.k)
+        drawn = self.rng.choice(len(self.rows), n, replace=self.replacement)
+        idx = np.unique(drawn) if self.replacement else drawn  # each distinct row ranked once
+        distances = self.distances([self.rows[i] for i in idx])
+        keep = select(self.strategy, distances, self.served_count[idx], self.k)
         self.rank_s += time.perf_counter() - t0
         self.ranked += 1
         self.last = {"candidates": n, "dist_kept": float(distances[keep].mean()),
                      "dist_drawn": float(distances.mean())}
-        return [rows[i] for i in keep]
+        return self._serve(idx[keep])
+
+    def _serve(self, idx: np.ndarray) -> list[Any]:
+        """The rows at ``idx``, each counted as served once more."""
+        np.add.at(self.served_count, idx, 1)
+        return [self.rows[i] for i in idx]
 
     def distances(self, rows: list) -> np.ndarray:
         """Each candidate row's distance [N] under the current policy (smaller ranks first),
@@ -224,8 +273,12 @@ class RankedReplay(UniformReplay):
         """The attentive reference (the rows and the counters that carry the annealing are
         the memory's to save: ``MixedMemory.state_dict``). The ranking's time and counts
         start again with the process, as the run's rates do."""
-        return {"reference": list(self.reference)}
+        return {"reference": list(self.reference),
+                "served_count": self.served_count[:len(self.rows)].copy()}
 
     def load_state_dict(self, state: dict) -> None:
         self.reference.clear()
         self.reference.extend(np.asarray(r) for r in state["reference"])
+        self.served_count[:] = 0
+        served = np.asarray(state.get("served_count", ()), np.int64)  # older snapshots: none
+        self.served_count[:len(served)] = served

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import warnings
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 from walle_ray.batch import OfflineBatch, Rollout, Transitions
 from walle_ray.contracts import Update
 from walle_ray.learners.collective import Collective, TorchCollective
-from walle_ray.runtime.allocator import keep_freed_memory
 
 
 # Batches arrive as read-only numpy views of the Ray object store; learners only read them.
@@ -22,19 +21,17 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 class Learner:
     """Owns the network and applies the configured algorithm's update to fragments."""
 
-    def __init__(self, cfg: DictConfig, obs_space, action_space, device: str = "cpu",
-                 threads: int = 1):
-        torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))
-        keep_freed_memory()
+    def __init__(self, cfg: DictConfig, obs_space, action_space,
+                 make_model: Callable[..., Any], make_update: Callable[..., Update],
+                 device: str = "cpu"):
+        """``make_model(obs_space, action_space, cfg)`` and ``make_update(cfg, model,
+        collective, device)`` are the algorithm's (``Algorithm.learner_spec``)."""
         torch.manual_seed(cfg.run.seed)
         self.cfg = cfg
         self.device = torch.device(device)
-        from walle_ray.algos import algorithm_for  # algorithms import learners' collectives
-
-        algo = algorithm_for(cfg.algo)
-        self.model = algo.make_model(obs_space, action_space, cfg).to(self.device)
+        self.model = make_model(obs_space, action_space, cfg).to(self.device)
         self.collective: Collective = Collective()
-        self.update_rule: Update = algo.make_update(cfg, self.model, self.collective, self.device)
+        self.update_rule: Update = make_update(cfg, self.model, self.collective, self.device)
         self.update_rule.guard.mode = cfg.learner.on_nonfinite
         self.version = 0
 

@@ -73,21 +73,3 @@ class DeterministicActorCritic(BoundedActions, NumpyWeights, nn.Module):
     def q_min(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The smallest critic's Q(s, a) [N] (TD3's clipped double Q; Q1 with one critic)."""
         return torch.stack(self.q_both(obs, action)).min(dim=0).values
-
-
-def make_deterministic_model(obs_space: gym.Space, action_space: gym.spaces.Box,
-                             cfg) -> nn.Module:
-    """The DDPG family's network from ``cfg.algo`` (hidden, activation, twin_critics).
-
-    ``cfg.model``'s layer settings are the policy-gradient methods' and are not read here:
-    these algorithms want ReLU 256x256 networks by default, unlike PPO's tanh 64x64. With
-    ``model._target_`` it is the user's network behind ``UserDeterministic``
-    (``models/user.py``; its contract: ``contracts.DeterministicNet``).
-    """
-    if cfg.model._target_:
-        from walle_ray.models.user import UserDeterministic
-
-        return UserDeterministic(obs_space, action_space, cfg.model)
-    a = cfg.algo
-    return DeterministicActorCritic(obs_space, action_space, list(a.hidden), a.activation,
-                                    a.twin_critics)

@@ -270,14 +270,3 @@ class ActorCritic(NumpyWeights, nn.Module):
         if self.gaussian:
             return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return out
-
-
-def make_actor_critic(obs_space: gym.Space, action_space: gym.Space, cfg: ModelConfig,
-                      normalize_obs: bool = False) -> nn.Module:
-    """``ActorCritic``, or with ``model._target_`` the user's network behind
-    ``UserActorCritic`` (``models/user.py``; its contract: ``contracts.ActorCriticNet``)."""
-    if cfg._target_:
-        from walle_ray.models.user import UserActorCritic
-
-        return UserActorCritic(obs_space, action_space, cfg, normalize_obs)
-    return ActorCritic(obs_space, action_space, cfg, normalize_obs)

@@ -44,15 +44,3 @@ class QNetwork(NumpyWeights, nn.Module):
         if self.value is None:
             return adv
         return self.value(h) + adv - adv.mean(dim=-1, keepdim=True)
-
-
-def make_q_network(obs_space: gym.Space, action_space: gym.Space, cfg) -> nn.Module:
-    """The DQN family's network from ``cfg.algo`` (hidden, activation, dueling) and
-    ``cfg.model.bf16``; with ``model._target_``, the user's network behind ``UserQNetwork``
-    (``models/user.py``; its contract: ``contracts.QNet``)."""
-    if cfg.model._target_:
-        from walle_ray.models.user import UserQNetwork
-
-        return UserQNetwork(obs_space, action_space, cfg.model)
-    return QNetwork(obs_space, int(action_space.n), list(cfg.algo.hidden), cfg.algo.activation,
-                    cfg.algo.dueling, cfg.model.bf16)

@@ -12,6 +12,7 @@ the ``Step`` a fleet returns, and the fault counters.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -19,11 +20,12 @@ from omegaconf import DictConfig
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
-from walle_ray.algos import algorithm_for
-from walle_ray.buffers.fifo import FIFOMemory
-from walle_ray.learners import Learner
 from walle_ray.runtime.checkpoint import first_line
+from walle_ray.runtime.process import prepare_process
 from walle_ray.topology import Topology
+
+if TYPE_CHECKING:
+    from walle_ray.algos.spec import Algorithm
 
 
 class RoleError(RuntimeError):
@@ -65,15 +67,6 @@ class Step:
     timing: dict | None = None
 
 
-def memory_spec(cfg: DictConfig, topo: Topology, k: int) -> tuple[type, tuple, dict]:
-    """Memory k as the algorithm builds it; a synchronous algorithm that names none gets a
-    FIFO that holds one iteration's fragments."""
-    algo = algorithm_for(cfg.algo)
-    if algo.memory_spec is not None:
-        return algo.memory_spec(cfg, k)
-    return FIFOMemory, (2 * max(1, topo.samplers),), {}
-
-
 def new_faults() -> dict:
     """The fault counters every fleet reports as ``faults/<key>``."""
     return {"sampler_restarts": 0, "lost_fragments": 0}
@@ -96,19 +89,20 @@ class LocalFleet:
     An asynchronous step is one fragment per sampler, then every update the memories can
     serve (capped per step where a memory is ``free_running``)."""
 
-    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+    def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
-        algo = algorithm_for(cfg.algo)
+        prepare_process(cfg.learner.torch_threads or 1)  # the driver is every role's process
         self.sync = algo.loop == "sync"
         self.topo = topo
         self.offline = algo.reads_dataset  # topology=local: its one sampler is not made
-        self.samplers = [RestartingSampler(*algo.sampler_spec(cfg, topo, i))
+        self.samplers = [RestartingSampler(*algo.sampler(cfg, topo, i))
                          for i in range(0 if self.offline else topo.samplers)]
         self.faults = new_faults()
-        self.learner = Learner(cfg, obs_space, action_space, threads=cfg.learner.torch_threads or 1)
+        self.learner = algo.build_learner(cfg, obs_space, action_space)
         self.ps = ParameterServer()
-        self.memories = [cls(*args, **kwargs) for cls, args, kwargs in
-                         (memory_spec(cfg, topo, k) for k in range(topo.memories))]
+        # A synchronous algorithm's learner takes the iteration's fragments directly.
+        self.memories = [] if self.sync else [cls(*args, **kwargs) for cls, args, kwargs in
+                                              (algo.memory(cfg, k) for k in range(topo.memories))]
         self.publish_every = cfg.algo.get("publish_every", 1)
         self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), None
         self.max_updates = (cfg.algo.updates_per_call
@@ -121,30 +115,37 @@ class LocalFleet:
             if getattr(memory, "wants_weights", False):  # it ranks rows with the current policy
                 memory.set_weights(weights, version)
 
-    def pull(self, sampler) -> None:
+    # The samplers' weights feed (``contracts.WeightsFeed``): the parameter server at hand.
+    lead = 0
+
+    def refresh(self, sampler) -> None:
         """Give a sampler the newest weights, if it does not have them."""
         latest = self.ps.latest(sampler.version)
         if latest is not None:
             sampler.set_weights(latest[1], latest[0])
 
+    def ahead(self) -> None:
+        pass
+
     def start(self) -> None:
         self.publish()
 
-    def _collect(self, i: int, sampler) -> tuple:
-        item, stats = sampler.collect(self.pull)
+    def _collect(self, sampler) -> tuple:
+        item, stats = sampler.collect(self)
         count_faults(self.faults, stats)
-        return self.memories[self.topo.memory_of_sampler(i)], item, stats
+        return item, stats
 
     def _collect_all(self) -> list[tuple]:
-        """A fragment of every sampler: (its memory, the fragment, its report)."""
-        return [self._collect(i, sampler) for i, sampler in enumerate(self.samplers)]
+        """A fragment of every sampler: (the fragment, its report)."""
+        return [self._collect(sampler) for sampler in self.samplers]
 
     def step(self, env_steps: int) -> Step:
         if self.sync:
             return self._iteration(env_steps)
         reports = []
         for i, sampler in enumerate(self.samplers):
-            memory, item, stats = self._collect(i, sampler)
+            memory = self.memories[self.topo.memory_of_sampler(i)]
+            item, stats = self._collect(sampler)
             stats["dropped"] = 0 if memory.has_room(item) else 1
             if not stats["dropped"]:
                 memory.put(item)
@@ -152,14 +153,12 @@ class LocalFleet:
         return Step(reports, [m for memory in self.memories for m in self._drain(memory, env_steps)])
 
     def _iteration(self, env_steps: int) -> Step:
-        """Every sampler's fragment, then one update. With ``algo.overlap`` the next batch is
-        collected before the update, with the weights the Ray fleet's samplers would have
-        while the learner works: the same data, one after the other."""
+        """Every sampler's fragment, then one update on them. With ``algo.overlap`` the next
+        batch is collected before the update, with the weights the Ray fleet's samplers would
+        have while the learner works: the same data, one after the other."""
         t0 = time.perf_counter()
         collected, self.prefetched = self.prefetched or self._collect_all(), None
-        for memory, rollout, _ in collected:
-            memory.put(rollout)
-        rollouts = [r for m in self.memories for r in m.take()]
+        rollouts = [rollout for rollout, _ in collected]
         if self.overlap:
             self.prefetched = self._collect_all()
         t1 = time.perf_counter()
@@ -167,7 +166,7 @@ class LocalFleet:
         self.publish()
         t2 = time.perf_counter()
         learned = timed_update(metrics, sum(r.num_steps for r in rollouts), t2 - t1)
-        return Step([stats for _, _, stats in collected], [learned],
+        return Step([stats for _, stats in collected], [learned],
                     {"collect_s": t1 - t0, "learn_s": t2 - t1})
 
     def _drain(self, memory, env_steps: int):

@@ -103,7 +103,7 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
     for key in ("env_steps_consumed", "updates", "dropped_fragments"):
         counters.setdefault(key, 0)
     fleet.start()
-    offline = getattr(fleet, "offline", False)
+    offline = fleet.offline  # no samplers: the algorithm reads a dataset (Algorithm.reads_dataset)
     interval, last = Interval(), time.perf_counter()
     rates: dict[str, float] = {}  # memory counters at the last record, for their rates
 
@@ -116,7 +116,7 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
         counters["iterations"] += 1
         counters["env_steps_consumed"] += interval.consumed
         counters["updates"] += interval.updates
-        # A synchronous record reads no memory stats: its FIFOs are empty between iterations.
+        # A synchronous record reads no memory stats: its learners take the fragments directly.
         memories = [] if timing is not None else fleet.memory_stats()
         times.add_record(dt, timing, memories)
         record = make_record(counters, window, interval, dt, steps_at_start, now - started,

@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from walle_ray.runtime.allocator import keep_freed_memory
+from walle_ray.runtime.process import prepare_process
 
 if TYPE_CHECKING:
     from walle_ray.contracts import Memory
@@ -60,7 +60,7 @@ class AsyncMemoryWorker(Placed):
     """
 
     def __init__(self, specs: Specs, weights_source=None):
-        keep_freed_memory()
+        prepare_process()
         self.memories: dict[int, Memory] = {k: cls(*args, **kwargs)
                                             for k, (cls, args, kwargs) in specs.items()}
         self.changed: dict[int, asyncio.Condition] = {}
@@ -146,23 +146,3 @@ class AsyncMemoryWorker(Placed):
             async with cond:
                 self.memories[k].load_state_dict(state)
                 cond.notify_all()
-
-
-class MemoryHost(Placed):
-    """Memories of a synchronous algorithm (FIFOs of fragment references): the driver puts
-    each iteration's fragments, the learners take them."""
-
-    def __init__(self, specs: Specs):
-        keep_freed_memory()
-        self.memories = {k: cls(*args, **kwargs) for k, (cls, args, kwargs) in specs.items()}
-
-    def put(self, item, key: int) -> bool:
-        """Store an item (a box holding a fragment's reference); False when full."""
-        return self.memories[key].put(item)
-
-    def take(self, key: int) -> list:
-        return self.memories[key].take()
-
-    def stats(self) -> dict[int, dict]:
-        return {k: m.stats() for k, m in self.memories.items()}
-

@@ -6,17 +6,19 @@ group. It offers the driver loop the same calls as ``LocalFleet`` (``runtime/fle
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 from omegaconf import DictConfig
 
-from walle_ray.algos import algorithm_for
 from walle_ray.runtime.checkpoint import first_line
-from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step,
-                                     count_faults, memory_spec, new_faults, role_failed,
-                                     timed_update)
+from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step, count_faults,
+                                     new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.topology import Packing, ResourcePlan, Topology, plan_packing
+
+if TYPE_CHECKING:
+    from walle_ray.algos.spec import Algorithm
 
 
 def role_name(role: str, group: tuple[int, ...]) -> str:
@@ -25,36 +27,29 @@ def role_name(role: str, group: tuple[int, ...]) -> str:
     return f"walle/{role}-{','.join(map(str, group))}"
 
 
-def packed_cfg(cfg: DictConfig, shards: int) -> DictConfig:
-    """The config a learner process with ``shards`` of the learner shards runs with
-    (``Algorithm.packed_learner``; an algorithm whose learners are never packed has one
-    shard in each)."""
-    learner_cfg = algorithm_for(cfg.algo).packed_learner
-    return cfg if learner_cfg is None else learner_cfg(cfg, shards)
-
-
 def role_resources(cfg: DictConfig, role: str) -> dict[str, float]:
     """The custom Ray resources each process of ``role`` asks for (``topology.resources``)."""
     asks = (cfg.topology.resources or {}).get(role) or {}
     return {name: float(amount) for name, amount in asks.items()}
 
 
-def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
+def make_learners(cfg: DictConfig, algo: Algorithm, packing: Packing, obs_space: gym.Space,
                   action_space: gym.Space, plan: ResourcePlan, timeout_s: float) -> list:
-    """Learner processes, one per group of learner shards; with several, they form their
-    torch.distributed group before returning."""
+    """Learner processes, one per group of learner shards, each what the algorithm's
+    ``learner_spec`` names; with several, they form their torch.distributed group before
+    returning."""
     import ray
 
     from walle_ray.runtime import remote
 
-    threads = cfg.learner.torch_threads or learner_threads(cfg, packing, plan)
+    threads = cfg.learner.torch_threads or learner_threads(cfg, algo, packing, plan)
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
     runtime_env = role_runtime_env(cfg.run.ray_preload)
     learners = [
         remote.RemoteLearner.options(name=role_name("learner", group), num_cpus=plan.learner_cpus,
                                      num_gpus=plan.learner_gpus, runtime_env=runtime_env,
                                      resources=role_resources(cfg, "learner")).remote(
-            packed_cfg(cfg, len(group)), obs_space, action_space, device=device, threads=threads)
+            algo.learner(cfg, len(group)), obs_space, action_space, device=device, threads=threads)
         for group in packing.learners]
     if len(learners) > 1:
         try:
@@ -73,16 +68,16 @@ def make_learners(cfg: DictConfig, packing: Packing, obs_space: gym.Space,
     return learners
 
 
-def learner_threads(cfg: DictConfig, packing: Packing, plan: ResourcePlan) -> int:
+def learner_threads(cfg: DictConfig, algo: Algorithm, packing: Packing, plan: ResourcePlan) -> int:
     """Torch threads per learner process when ``learner.torch_threads`` is unset: the CPUs
     Ray gives it, and in a synchronous loop without ``algo.overlap`` also its part of the
     samplers' CPUs, which sit idle while it learns (docs/performance.md, "Overlap or
     threads"). A process that packs several learner shards learns from the rows one learner
     would (``algo.batch_size`` is the whole update's), so it gets no more threads than that
     (docs/performance.md, "A packed learner's threads"). A learner never runs more threads
-    than its process may use CPUs (``Learner``)."""
+    than its process may use CPUs (``runtime/process.py``)."""
     cpus = plan.learner_cpus
-    if algorithm_for(cfg.algo).loop == "sync" and not cfg.algo.get("overlap", False):
+    if algo.loop == "sync" and not cfg.algo.get("overlap", False):
         samplers = sum(len(group) for group in packing.samplers)
         cpus += samplers * plan.sampler_cpus / len(packing.learners)
         return max(1, round(cpus))
@@ -112,15 +107,15 @@ class RayFleet:
     ``RoleDied``, which the driver may answer by rebuilding from the last checkpoint.
 
     Synchronous: each step calls every sampler process's ``collect`` with the weights' box
-    and routes each fragment to its sampler's memory, then the learners ``learn`` and
-    learner 0 publishes. Asynchronous: samplers ``run`` (pushing into their memories) and
+    and hands each fragment's ref to its sampler's learner (no memory process), then the
+    learners ``learn`` and learner 0 publishes. Asynchronous: samplers ``run`` (pushing into their memories) and
     learners ``train`` (pulling from theirs) are called again as each call ends; a step
     collects the reports of the calls that ended.
     """
 
     MAX_DEATHS = 3  # more deaths of one sampler process in a row, with no report between, fail the run
 
-    def __init__(self, cfg: DictConfig, topo: Topology, obs_space: gym.Space,
+    def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float,
                  packing: Packing | None = None):
         import ray
@@ -128,27 +123,27 @@ class RayFleet:
         from walle_ray.runtime import remote
 
         self.ray = ray
-        self.cfg, self.topo, self.plan, self.timeout_s = cfg, topo, plan, timeout_s
+        self.cfg, self.algo, self.topo, self.plan, self.timeout_s = cfg, algo, topo, plan, timeout_s
         self.packing = packing or plan_packing(topo, plan.cluster_cpus, "off")
-        self.sync = algorithm_for(cfg.algo).loop == "sync"
-        self.offline = algorithm_for(cfg.algo).reads_dataset
+        self.sync = algo.loop == "sync"
+        self.offline = algo.reads_dataset
         self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
         self.faults = new_faults()
-        self.learners = make_learners(cfg, self.packing, obs_space, action_space, plan, timeout_s)
+        self.learners = make_learners(cfg, algo, self.packing, obs_space, action_space, plan,
+                                      timeout_s)
         self.ps = (remote.RemoteParameterServer.options(
             name="walle/ps", num_cpus=plan.ps_cpus, resources=role_resources(cfg, "ps")).remote()
                    if topo.param_servers else None)
         self.memories, self.memory_names = [], []  # per memory process
         self.memory_refs: dict = {}  # per logical memory: its remote.MemoryRef
-        # A synchronous iteration's memory moves fragment refs (take); an asynchronous one
-        # waits for room and for batches (the back-pressure, runtime/memory_worker.py).
-        host = remote.RemoteMemoryHost if self.sync else remote.RemoteAsyncMemory
-        source = () if self.sync else (self.weights_source(),)  # ranking memories pull weights
-        for group in self.packing.memories:
+        # An asynchronous algorithm's memories wait for room and for batches (the
+        # back-pressure, runtime/memory_worker.py); a synchronous one's learners take the
+        # iteration's fragments directly, grouped as the topology maps memories to learners.
+        for group in (() if self.sync else self.packing.memories):
             name = role_name("memory", group)
-            actor = host.options(name=name, num_cpus=plan.memory_cpus,
-                                 resources=role_resources(cfg, "memory")).remote(
-                {k: memory_spec(cfg, topo, k) for k in group}, *source)
+            actor = remote.RemoteAsyncMemory.options(
+                name=name, num_cpus=plan.memory_cpus, resources=role_resources(cfg, "memory")
+            ).remote({k: algo.memory(cfg, k) for k in group}, self.weights_source())
             self.memories.append(actor)
             self.memory_names.append(name)
             self.memory_refs.update({k: remote.MemoryRef(actor, k) for k in group})
@@ -176,11 +171,11 @@ class RayFleet:
         sampler's memories. Roles are passed by name: an actor handle among the constructor
         arguments would tie Ray's restart of the sampler to that handle's lifetime
         (ray-project/ray#53727)."""
-        algo = algorithm_for(self.cfg.algo)
+        algo = self.algo
         rows = self.cfg.env.envs_per_sampler if algo.deals_rows else None
         slots = []
         for i in self.packing.samplers[p]:
-            cls, args, kwargs = algo.sampler_spec(self.cfg, self.topo, i)
+            cls, args, kwargs = algo.sampler(self.cfg, self.topo, i)
             routes = () if self.sync else tuple(
                 (remote.MemoryRef(self.memory_names[self._memory_process(k)], k), part)
                 for k, part in self.topo.routes(i, rows))
@@ -311,17 +306,19 @@ class RayFleet:
         return out
 
     def _iteration(self, env_steps: int) -> Step:
-        """Every sampler's fragment, routed to its memory; one update; new weights. With
-        ``algo.overlap`` the samplers are called for the next batch as the update starts,
-        with the weights before it, so the next iteration finds its batch collected or under
-        way, and learns from it one version behind (a policy lag of 1)."""
+        """Every sampler's fragment, each learner process given the references of those its
+        shards learn from (sampler i's goes to the learner reading memory i mod M); one
+        update; new weights. With ``algo.overlap`` the samplers are called for the next
+        batch as the update starts, with the weights before it, so the next iteration finds
+        its batch collected or under way, and learns from it one version behind (a policy
+        lag of 1)."""
         t0 = time.perf_counter()
         deadline = t0 + self.timeout_s
         if not self.prefetched:
             for p in range(len(self.samplers)):
                 self._call_sampler(p)
         reports: list = [None] * self.topo.samplers
-        puts = []
+        fragments: dict = {}  # sampler index -> its fragment's ref
         while self.pending or self.restarting:
             if time.perf_counter() > deadline:
                 late = sorted({v[1] for v in self.pending.values()} | set(self.restarting))
@@ -329,17 +326,14 @@ class RayFleet:
                                   f"answer within {self.timeout_s:.0f} s (run.role_timeout_s)")
             for _, _, stats, rollouts in self._finished(0.2):
                 for report, rollout in zip(stats, rollouts, strict=True):
-                    i = report["sampler"]
-                    reports[i] = report
-                    memory = self.memory_refs[self.topo.memory_of_sampler(i)]
-                    puts.append(memory.actor.put.remote([rollout], memory.key))
-        if not all(self._get(puts, "memories")):
-            raise RuntimeError("a memory was full in a synchronous iteration; this is a bug")
+                    reports[report["sampler"]] = report
+                    fragments[report["sampler"]] = rollout
         t1 = time.perf_counter()
-        calls = [lr.learn.remote([m for j in group for m in self._shard_memories(j)], env_steps,
-                                 g == 0, self.ps)
+        calls = [lr.learn.remote([fragments[i] for i in sorted(fragments)
+                                  if self.topo.learner_of_sampler(i) in group],
+                                 env_steps, g == 0, self.ps)
                  for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))]
-        self.prefetched = self.overlap  # the fragments it brings are put after this take
+        self.prefetched = self.overlap  # the next iteration's fragments are under way
         if self.overlap:
             for p in range(len(self.samplers)):
                 self._call_sampler(p)
@@ -392,7 +386,10 @@ class RayFleet:
                 + (self.ps is not None))
 
     def _per_memory(self, method: str, what: str) -> list:
-        """``method``'s answer for each logical memory, in topology order."""
+        """``method``'s answer for each logical memory, in topology order (none for a
+        synchronous algorithm, which has no memory processes)."""
+        if not self.memories:
+            return []
         answers = self._get([getattr(m, method).remote() for m in self.memories], what)
         merged = {k: value for answer in answers for k, value in answer.items()}
         return [merged[k] for k in range(self.topo.memories)]
@@ -409,6 +406,26 @@ class RayFleet:
                   "memories (restoring the snapshot)")
 
     def shutdown(self) -> None:
-        for handle in [*self.samplers, *self.memories, *self.learners, self.ps]:
-            if handle is not None:
-                self.ray.kill(handle, no_restart=True)
+        """Samplers first, then the rest. The calls still in flight are collected, so a
+        sampler whose put met an already killed memory ends quietly rather than as an
+        unhandled error printed after the run."""
+        for group, kinds in ((self.samplers, ("sampler", "restarted")),
+                             ([*self.memories, *self.learners, self.ps], None)):
+            for handle in group:
+                if handle is not None:
+                    self.ray.kill(handle, no_restart=True)
+            self._drain(kinds, timeout_s=3.0)
+
+    def _drain(self, kinds: tuple | None, timeout_s: float) -> None:
+        """Fetch (and drop) what the calls in flight to roles of ``kinds`` (all: None) ended
+        with, within ``timeout_s``."""
+        refs = [ref for ref, (kind, *_) in self.pending.items() if kinds is None or kind in kinds]
+        if not refs:
+            return
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        for ref in ready:
+            self.pending.pop(ref, None)
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayError:
+                pass

@@ -1,4 +1,5 @@
-"""Start a local Ray instance or join a cluster; turn role classes into Ray actors."""
+"""Start a local Ray instance or join a cluster, and check that it has the GPUs and custom
+resources the roles ask for (``runtime/remote.py`` turns the roles into Ray actors)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ import torch
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
-from walle_ray.runtime.memory_worker import AsyncMemoryWorker, MemoryHost, Placed
-from walle_ray.learners import Learner
+from walle_ray.runtime.memory_worker import AsyncMemoryWorker, Placed
+from walle_ray.runtime.process import prepare_process
 
 
 # A sampler's per-fragment stats that a call's report sums over its fragments.
@@ -86,6 +86,7 @@ class SamplerWorker(Placed):
         samplers and their env threads run on one CPU (``pin_to_cpu``), chosen before any env
         starts its threads so that they inherit it."""
         self.cpu = pin_to_cpu(pin)
+        prepare_process(torch_threads=1)
         self.source = _actor(weights_source)
         self.specs = slots
         # Each sampler is built when it first collects: the first ones' fragments reach the
@@ -126,7 +127,17 @@ class SamplerWorker(Placed):
         self.asked = self.source.latest.remote(self.version)
         self.asked_again = again
 
-    def _refresh(self, sampler) -> None:
+    # The asynchronous samplers' weights feed (``contracts.WeightsFeed``) is the process
+    # itself: what one sampler asked for ahead, the next one gets.
+
+    @property
+    def lead(self) -> int:
+        return self.ask_lead
+
+    def ahead(self) -> None:
+        self._ask()
+
+    def refresh(self, sampler) -> None:
         """Newer weights before a fragment, from the request sent ``ask_lead`` steps before
         the last fragment ended, so the round trip overlaps collection. The lead adapts:
         twice as many steps after an answer that came late, one fewer after one in time.
@@ -169,10 +180,10 @@ class SamplerWorker(Placed):
         fragment can be routed by reference (a process of k samplers is called with
         ``.options(num_returns=k + 1)``)."""
         fragments, stats = [], []
+        feed = GivenWeights(self, version, weights)
         for s in range(len(self.specs)):
             self.weights_wait_s = 0.0
-            fragment, report = self._slot(s).collect(
-                lambda sampler: self._pull(sampler, version, weights))
+            fragment, report = self._slot(s).collect(feed)
             report["weights_wait_s"] = self.weights_wait_s
             fragments.append(fragment)
             stats.append(report)
@@ -191,7 +202,7 @@ class SamplerWorker(Placed):
         learners").
 
         Each fragment starts from the newest weights published until shortly before it
-        (``_refresh``): asking for them a few steps ahead hides the round trip without the
+        (``refresh``): asking for them a few steps ahead hides the round trip without the
         fragment of policy lag a request left in flight for a whole fragment would add (which
         cost IMPALA on CartPole more env steps to learn); after a wait for a memory they are
         asked for again."""
@@ -205,8 +216,7 @@ class SamplerWorker(Placed):
                 slot = self._slot(s)
                 totals[s]["sampler"] = slot.sampler.index
                 self.weights_wait_s = 0.0
-                ask_at = slot.sampler.fragment_length - self.ask_lead
-                rollout, stats = slot.collect(self._refresh, ask_at=ask_at, ask=self._ask)
+                rollout, stats = slot.collect(self)
                 totals[s]["weights_wait_s"] += self.weights_wait_s
                 waited = 0.0
                 for name, actor, parts in self.routes[s]:
@@ -225,6 +235,23 @@ class SamplerWorker(Placed):
         for owner, ref in pending.values():
             totals[owner]["put_wait_s"] += ray.get(ref)
         return totals
+
+
+@dataclass
+class GivenWeights:
+    """The synchronous samplers' weights feed: the version an iteration was called with
+    (its box sent along, or pulled when the process has older ones); nothing to ask ahead."""
+
+    worker: SamplerWorker
+    version: int | None
+    weights: list | None
+    lead: int = 0
+
+    def refresh(self, sampler) -> None:
+        self.worker._pull(sampler, self.version, self.weights)
+
+    def ahead(self) -> None:
+        pass
 
 
 def _by_process(routes) -> list[tuple[str, Any, list[tuple[int, Any]]]]:
@@ -292,8 +319,13 @@ class LearnerWorker(Placed):
     It also serves as the parameter server when the topology has none (``...0p``).
     """
 
-    def __init__(self, *learner_args, **learner_kwargs):
-        self.learner = Learner(*learner_args, **learner_kwargs)
+    def __init__(self, spec: tuple[type, tuple, dict], obs_space, action_space,
+                 device: str = "cpu", threads: int = 1):
+        """``spec``: the learner the algorithm names (``Algorithm.learner``), built here with
+        the env's spaces after ``threads`` torch threads are set up."""
+        prepare_process(torch_threads=threads)
+        cls, args, kwargs = spec
+        self.learner = cls(*args, obs_space, action_space, device=device, **kwargs)
         self.ps = ParameterServer()
         self.shards: list[list[MemoryRef]] = []
         self.publish_to = None
@@ -416,14 +448,13 @@ class LearnerWorker(Placed):
                    backend: str | None = None) -> None:
         self.learner.join_group(address, port, rank, world_size, backend)
 
-    def learn(self, memories: list[MemoryRef], env_steps: int, publishes: bool = False,
+    def learn(self, fragments: list, env_steps: int, publishes: bool = False,
               publish_to=None) -> tuple:
-        """A synchronous update on every fragment its shards' memories hold. Returns its
-        metrics and, when it ``publishes``, the new weights' (version, box) as ``publish``
-        does (else None), so the update and the publish cost the caller one round trip."""
-        taken = ray.get([m.actor.take.remote(m.key) for m in memories])
-        refs = [box[0] for items in taken for box in items]
-        metrics = self.learner.update(ray.get(refs), env_steps)
+        """A synchronous update on the iteration's fragments its shards learn from (their
+        references, read zero-copy here). Returns its metrics and, when it ``publishes``,
+        the new weights' (version, box) as ``publish`` does (else None), so the update and
+        the publish cost the caller one round trip."""
+        metrics = self.learner.update(ray.get(fragments), env_steps)
         return metrics, (self.publish(publish_to, wait=False) if publishes else None)
 
     def publish(self, ps=None, wait: bool = True) -> tuple[int, list]:
@@ -465,5 +496,4 @@ RemoteLearner = ray.remote(concurrency_groups={"weights": 1})(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.
 RemoteAsyncMemory = ray.remote(AsyncMemoryWorker)
-RemoteMemoryHost = ray.remote(MemoryHost)
 RemoteParameterServer = ray.remote(ParameterServerWorker)

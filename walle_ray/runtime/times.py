@@ -51,12 +51,9 @@ class RunTimes:
         self.last_seen: dict[int, float] = {}  # when each sampler's last report came
 
     @classmethod
-    def for_run(cls, cfg, topo, run_dir: Path, resumed: bool) -> "RunTimes":
-        """The accumulator of a run with this config and topology; a resumed run picks up
-        the totals of ``<run dir>/report.json`` (or of the run it resumes from)."""
-        from walle_ray.algos import algorithm_for
-
-        algo = algorithm_for(cfg.algo)
+    def for_run(cls, cfg, algo, topo, run_dir: Path, resumed: bool) -> "RunTimes":
+        """The accumulator of a run with this config, algorithm and topology; a resumed run
+        picks up the totals of ``<run dir>/report.json`` (or of the run it resumes from)."""
         rows = cfg.env.envs_per_sampler if algo.deals_rows else None
         routes = [topo.memories_of_sampler(i, rows) for i in range(topo.samplers)]
         feeders = [sum(k in r for r in routes) for k in range(topo.memories)]
@@ -65,6 +62,7 @@ class RunTimes:
         meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
                 "loop": algo.loop, "local": bool(topo.local), "offline": algo.reads_dataset,
                 "learners": topo.learners, "feeders": feeders,
+                "samplers": 0 if algo.reads_dataset else topo.samplers,
                 "gpu": not topo.local and cfg.learner.num_gpus > 0}
         previous = None
         if resumed:
@@ -151,7 +149,7 @@ class RunTimes:
         a full memory. Only an asynchronous Ray run's samplers can be silent."""
         if self.meta.get("loop") != "async" or self.meta.get("local"):
             return {}
-        indices = set(self.last_seen) | set(range(sum(self.meta.get("feeders") or [])))
+        indices = set(self.last_seen) | set(range(self.meta.get("samplers", 0)))
         return {i: max(0.0, self.ended - self.last_seen.get(i, self.started))
                 for i in sorted(indices)}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -13,8 +13,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from ray.exceptions import RayError
 
-from walle_ray.algos import algorithm_for
-from walle_ray.config import ConfigError, to_container, validate
+from walle_ray.algos import algorithm_for, validate
+from walle_ray.algos.spec import Algorithm
+from walle_ray.config import ConfigError, to_container
 from walle_ray.datasets import check_datasets, dataset_paths
 from walle_ray.envs import env_spaces
 from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
@@ -51,8 +52,8 @@ def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
                                   f"{old.get(key)!r}, not {cfg.env[key]!r}")
 
 
-def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = "walle_ray",
-               announce: bool = False):
+def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
+               namespace: str = "walle_ray", announce: bool = False):
     """A LocalFleet for ``topology=local``, else Ray actors packed into processes
     (``topology.pack``) and placed by the resource plan; ``announce`` prints the plan.
 
@@ -68,14 +69,16 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
         if cfg.learner.num_gpus > 0:
             raise ConfigError("learner.num_gpus: topology=local runs on this process's CPU; "
                               "use a Ray topology such as 1a1m1l to place a learner on a GPU")
-        return LocalFleet(cfg, topo, obs_space, action_space)
+        return LocalFleet(cfg, algo, topo, obs_space, action_space)
     start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace=namespace)
     cpus, gpus = cluster_resources()
     check_gpus(topo.learners, cfg.learner.num_gpus, gpus)
     pack = str(cfg.topology.pack)
     packing = plan_packing(topo, cpus, int(pack) if pack.isdigit() else pack,
-                           cfg.learner.num_gpus, algorithm_for(cfg.algo).packed_learner is not None)
+                           cfg.learner.num_gpus, algo.packed_learner is not None)
     processes, nodes = packing.processes(topo), live_nodes()
+    if algo.loop == "sync":  # its learners take the fragments: no memory process to place
+        processes = replace(processes, memories=0)
     check_role_resources(cfg.topology.resources, {
         "sampler": processes.samplers, "memory": processes.memories,
         "learner": processes.learners, "ps": processes.param_servers},
@@ -83,9 +86,11 @@ def make_fleet(cfg: DictConfig, topo, obs_space, action_space, namespace: str = 
     plan = plan_resources(processes, cpus, cfg.learner.num_gpus,
                           cfg.topology.sampler_cpus, cfg.topology.learner_cpus)
     if announce:
-        print(f"walle_ray: {topo} on {cpus:g} CPUs: {packing.describe(topo)} "
-              f"(topology.pack={pack})", flush=True)
-    fleet = RayFleet(cfg, topo, obs_space, action_space, plan, cfg.run.role_timeout_s, packing)
+        print(f"walle_ray: {topo} on {cpus:g} CPUs: "
+              f"{packing.describe(topo, memories=algo.loop != 'sync')} (topology.pack={pack})",
+              flush=True)
+    fleet = RayFleet(cfg, algo, topo, obs_space, action_space, plan, cfg.run.role_timeout_s,
+                     packing)
     if len(nodes) > 1:  # where each role process runs, on a cluster
         try:
             placement = fleet.placement()
@@ -208,9 +213,9 @@ def train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) ->
 
 def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
            signals: StopSignals) -> RunResult:
-    validate(cfg, algorithm=False)
+    algo = algorithm_for(cfg.algo)  # resolved here, once, and handed to every part
+    validate(cfg, algo, own_checks=False)
     topo = parse_topology(cfg.topology.spec)
-    algo = algorithm_for(cfg.algo)
     obs_space, action_space = env_spaces(cfg.env)
     algo.check_spaces(obs_space, action_space)  # the wrong kind of env is the first thing to say
     check_user_model(algo, obs_space, action_space, cfg)  # model._target_: one build, one forward
@@ -247,7 +252,8 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
               + ("; GPU learners decide for their GPU" if cfg.learner.num_gpus > 0 else ""),
               flush=True)
     namespace = f"walle_ray-{run_dir.name}"
-    fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=namespace, announce=True)
+    fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace,
+                       announce=True)
     try:
         if ckpt:
             try:
@@ -296,7 +302,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
               file=sys.stderr, flush=True)
         faults = fleet.faults  # counters carry over, so they never go backwards
         fleet.shutdown()
-        fleet = make_fleet(cfg, topo, obs_space, action_space, namespace=namespace)
+        fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace)
         fleet.faults = faults
         fleet.faults["role_restarts"] = counters["restarts"]
         last = run_dir / "checkpoints" / "last.pt"
@@ -305,7 +311,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             fleet.load_learner_state(saved["learner"])
             restore_memories(cfg, fleet, saved)
 
-    times = RunTimes.for_run(cfg, topo, run_dir, resumed=ckpt is not None)  # report.json
+    times = RunTimes.for_run(cfg, algo, topo, run_dir, resumed=ckpt is not None)  # report.json
     stopped_by = "error"
     start = (time.perf_counter(), counters["env_steps"])
     signals.starting = False

@@ -14,7 +14,8 @@ from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sa
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_continuous, configured_fragment_length,
                                   packed_as_is, require_algo)
-from walle_ray.models.deterministic import check_vector_obs, make_deterministic_model
+from walle_ray.models.deterministic import check_vector_obs
+from walle_ray.models.factory import make_deterministic_model
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> DDPGUpdate:
@@ -56,7 +57,7 @@ def _algorithm(name: str, config_cls: type, label: str) -> Algorithm:
     return Algorithm(name=name, config_cls=config_cls, loop="async", make_update=make_update,
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_spaces(label), make_model=make_deterministic_model,
-                     explorer=DDPGExplorer, sampler_spec=replay_sampler_spec,
+                     sampler_spec=functools.partial(replay_sampler_spec, explorer=DDPGExplorer),
                      memory_spec=replay_memory_spec, packed_learner=packed_as_is,
                      eval_policy=functools.partial(ExplorerPolicy, DDPGExplorer))
 

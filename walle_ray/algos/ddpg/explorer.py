@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from walle_ray.algos.ddpg.loss import critic_targets
-from walle_ray.models.deterministic import make_deterministic_model
+from walle_ray.models.factory import make_deterministic_model
 
 
 class DDPGExplorer:

@@ -14,7 +14,7 @@ from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sa
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_discrete, configured_fragment_length,
                                   packed_as_is, require_algo)
-from walle_ray.models.q_network import make_q_network
+from walle_ray.models.factory import make_q_network
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> DQNUpdate:
@@ -45,7 +45,7 @@ def _algorithm(name: str, config_cls: type) -> Algorithm:
     return Algorithm(name=name, config_cls=config_cls, loop="async", make_update=make_update,
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_discrete(label), make_model=make_q_network,
-                     explorer=DQNExplorer, sampler_spec=replay_sampler_spec,
+                     sampler_spec=functools.partial(replay_sampler_spec, explorer=DQNExplorer),
                      memory_spec=replay_memory_spec, packed_learner=packed_as_is,
                      eval_policy=functools.partial(ExplorerPolicy, DQNExplorer))
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from walle_ray.algos.dqn.loss import q_targets
-from walle_ray.models.q_network import make_q_network
+from walle_ray.models.factory import make_q_network
 
 
 def sampler_epsilon(cfg, index: int, num_samplers: int, run_steps: int) -> float:

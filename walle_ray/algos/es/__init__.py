@@ -21,7 +21,7 @@ _TABLES: dict = {}  # (seed, size, Ray job) -> where samplers find the table
 
 def noise_source(seed: int, size: int):
     """Where samplers get the shared noise table: under Ray the name of the ``RefHolder``
-    (``runtime/holder.py``) whose box holds its ObjectRef, the table put in the object store
+    (``algos/es/holder.py``) whose box holds its ObjectRef, the table put in the object store
     once per job; else a one-element list holding the array."""
     from walle_ray.algos.es.ops import noise_table
 
@@ -39,7 +39,7 @@ def noise_source(seed: int, size: int):
             _TABLES[key] = [table]
         else:
             name = f"walle/es-noise-{seed}-{size}"
-            from walle_ray.runtime.holder import RefHolder
+            from walle_ray.algos.es.holder import RefHolder
 
             holder = ray.remote(RefHolder).options(name=name, num_cpus=0, get_if_exists=True)
             _TABLES[key] = (name, holder.remote([ray.put(table)]))  # the handle keeps it alive
@@ -51,7 +51,7 @@ def _model_factory(sections, obs_space, action_space) -> ESPolicy:
     return make_model(obs_space, action_space, sections)
 
 
-def sampler_spec(cfg: DictConfig, topo, i: int) -> tuple[type, tuple, dict]:
+def sampler_spec(algo, cfg: DictConfig, topo, i: int) -> tuple[type, tuple, dict]:
     """Sampler i evaluates its share of ``algo.pairs`` (rounded up) each iteration."""
     from walle_ray.algos.es.sampler import ESSampler
 

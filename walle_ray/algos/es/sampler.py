@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from walle_ray.envs import make_vector_env
-from walle_ray.runtime.allocator import keep_freed_memory
 
 
 @dataclass
@@ -59,8 +58,6 @@ class ESSampler:
 
     def __init__(self, env_cfg, model_factory, pairs: int, noise_std: float,
                  action_noise_std: float, table_source, index: int = 0, seed: int = 0):
-        torch.set_num_threads(1)
-        keep_freed_memory()
         self.index = index
         self.pairs = pairs
         self.noise_std = noise_std
@@ -79,9 +76,13 @@ class ESSampler:
         self.version = version
 
     @torch.inference_mode()
-    def collect(self, ask_at: int = -1, ask=None) -> tuple[Evaluations, dict]:
+    def collect(self, feed=None) -> tuple[Evaluations, dict]:
+        """A call's episodes from the weights ``feed`` gives (``contracts.WeightsFeed``;
+        none: the ones it holds), and its report."""
         from walle_ray.algos.es.ops import sample_offsets
 
+        if feed is not None:
+            feed.refresh(self)
         t0 = time.perf_counter()
         clock = time.perf_counter
         model, env, B = self.model, self.env, self.env.num_envs

@@ -13,7 +13,8 @@ from omegaconf import DictConfig
 
 from walle_ray.algos.imitation.config import BCConfig, MARWILConfig
 from walle_ray.algos.imitation.update import OfflineUpdate
-from walle_ray.algos.spec import Algorithm, check_policy_spaces, packed_as_is, require_algo
+from walle_ray.algos.spec import (Algorithm, check_learner_batch, check_policy_spaces, packed_as_is,
+                                  require_algo)
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> OfflineUpdate:
@@ -21,7 +22,7 @@ def make_update(cfg: DictConfig, model, collective, device: torch.device) -> Off
                          cfg.run.total_env_steps, device)
 
 
-def memory_spec(cfg: DictConfig, k: int, gamma: float | None = None) -> tuple[type, tuple, dict]:
+def memory_spec(algo, cfg: DictConfig, k: int, gamma: float | None = None) -> tuple[type, tuple, dict]:
     """Memory k reads every M-th episode of the datasets (M memories); with ``gamma`` its
     rows carry their discounted returns (MARWIL)."""
     from walle_ray.buffers.dataset import DatasetMemory
@@ -35,11 +36,11 @@ def memory_spec(cfg: DictConfig, k: int, gamma: float | None = None) -> tuple[ty
                            gamma, int(cfg.run.seed)), {}
 
 
-def marwil_memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
-    return memory_spec(cfg, k, float(cfg.algo.gamma))
+def marwil_memory_spec(algo, cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
+    return memory_spec(algo, cfg, k, float(cfg.algo.gamma))
 
 
-def no_samplers(cfg, topo, i: int):
+def no_samplers(algo, cfg, topo, i: int):
     raise AssertionError("offline algorithms have no samplers")  # validate refuses any
 
 
@@ -49,7 +50,10 @@ def validate_marwil(cfg: DictConfig) -> None:
                    (0 < a.gamma <= 1, "gamma", "must be in (0, 1]"),
                    (a.vf_coef >= 0, "vf_coef", "must be zero or positive"),
                    (0 < a.adv_norm_rate <= 1, "adv_norm_rate", "must be in (0, 1]"),
-                   (a.max_weight > 0, "max_weight", "must be positive")])
+                   (a.adv_norm_init is None or a.adv_norm_init > 0, "adv_norm_init",
+                    "must be positive, or null to start from the first batch"),
+                   (a.max_weight is None or a.max_weight > 0, "max_weight",
+                    "must be positive, or null for no clip")])
 
 
 def validate(cfg: DictConfig, more_checks: list = ()) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass
@@ -31,5 +32,8 @@ class MARWILConfig(BCConfig):
     beta: float = 1.0  # advantage temperature; 0: behaviour cloning
     gamma: float = 0.99  # discount of the recorded returns R
     vf_coef: float = 1.0  # value loss weight
-    adv_norm_rate: float = 1e-3  # how fast c^2 follows the batches' mean A^2 (the first batch sets it)
-    max_weight: float = 20.0  # weights exp(beta * A / c) are clipped to at most this
+    # c^2 at the start; null: the first batch's mean A^2. RLlib's MARWIL starts at 100 and moves
+    # at 1e-8 without a clip: algo.adv_norm_init=100 algo.adv_norm_rate=1e-8 algo.max_weight=null
+    adv_norm_init: Optional[float] = None
+    adv_norm_rate: float = 1e-3  # how fast c^2 follows the batches' mean A^2
+    max_weight: Optional[float] = 20.0  # weights exp(beta * A / c) are clipped to this; null: no clip

@@ -13,10 +13,12 @@ def bc_loss(logp: torch.Tensor, entropy: torch.Tensor, ent_coef: float) -> tuple
 
 
 def marwil_weights(adv: torch.Tensor, beta: float, adv_sq: torch.Tensor,
-                   max_weight: float) -> torch.Tensor:
-    """exp(beta * A / c), c = sqrt(``adv_sq``), clipped to ``max_weight``; no gradient."""
+                   max_weight: float | None) -> torch.Tensor:
+    """exp(beta * A / c), c = sqrt(``adv_sq``), clipped to ``max_weight`` (None: not
+    clipped); no gradient."""
     with torch.no_grad():
-        return torch.exp(beta * adv / torch.sqrt(adv_sq + 1e-8)).clamp(max=max_weight)
+        weight = torch.exp(beta * adv / torch.sqrt(adv_sq + 1e-8))
+        return weight if max_weight is None else weight.clamp(max=max_weight)
 
 
 def marwil_loss(logp: torch.Tensor, entropy: torch.Tensor, v: torch.Tensor, ret: torch.Tensor,

@@ -16,13 +16,21 @@ from walle_ray.learners.update_rule import UpdateRule
 from walle_ray.models import RunningNorm
 
 
+def advance_adv_sq(adv_sq: float | None, batch_sq: float, rate: float) -> float:
+    """MARWIL's running c^2 after a batch whose mean squared advantage is ``batch_sq``: that
+    batch's where there is none yet, else a step of ``rate`` towards it."""
+    return batch_sq if adv_sq is None else adv_sq + rate * (batch_sq - adv_sq)
+
+
 class OfflineUpdate(UpdateRule):
     """A gradient step on recorded steps (``OfflineBatch``; several when the learner is
     packed, ``topology.pack``).
 
     MARWIL (a ``MARWILConfig``) completes each row's return with the value of its episode's
     last observation where a time limit cut the episode, weights the log-likelihood by
-    exp(beta * (R - V(s)) / c) and fits V to R. With ``env.normalize_reward`` the value head
+    exp(beta * (R - V(s)) / c) and fits V to R. With beta 0 the weights are all 1 and it is
+    BC: no value is fitted (RLlib's choice), so neither the value's gradient through a shared
+    torso nor its share of the gradient clip moves the policy. With ``env.normalize_reward`` the value head
     learns returns divided by their running std, so its loss has the same scale on every env.
     The observation normaliser (``env.normalize_obs``) follows the recorded observations.
     """
@@ -34,7 +42,8 @@ class OfflineUpdate(UpdateRule):
         self.cfg = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
         self.marwil = isinstance(self.cfg, MARWILConfig)
         self.return_norm = RunningNorm(()) if self.marwil and normalize_reward else None
-        self.adv_sq = None  # MARWIL's c^2, set by the first batch
+        # MARWIL's c^2: algo.adv_norm_init, or the first batch's mean A^2 where that is null
+        self.adv_sq = getattr(self.cfg, "adv_norm_init", None)
 
     def update(self, batches: list[OfflineBatch], env_steps: int) -> dict[str, float]:
         cfg, dev = self.cfg, self.device
@@ -42,12 +51,12 @@ class OfflineUpdate(UpdateRule):
         obs, action = cat("obs"), cat("action")
         lr = scheduled_lr(cfg.lr, cfg.lr_schedule, env_steps, self.total_env_steps)
         set_lr(self.optimizer, lr)
-        if self.marwil:
+        if self.marwil and cfg.beta > 0:
             params, v = self.model(obs)
             ret, scale = self._returns(cat("ret"), cat("tail"), cat("final_obs"))
             adv = ret - v.detach()
             sq = float(self.collective.all_reduce_mean(adv.pow(2).mean().reshape(1).cpu())[0])
-            self.adv_sq = sq if self.adv_sq is None else self.adv_sq + cfg.adv_norm_rate * (sq - self.adv_sq)
+            self.adv_sq = advance_adv_sq(self.adv_sq, sq, cfg.adv_norm_rate)
             weight = marwil_weights(adv, cfg.beta, torch.tensor(self.adv_sq, device=dev), cfg.max_weight)
             dist = self.model.head.dist(params)
             loss, terms = marwil_loss(dist.log_prob(action), dist.entropy(), v, ret, weight,

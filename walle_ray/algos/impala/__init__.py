@@ -10,10 +10,10 @@ from omegaconf import DictConfig
 from walle_ray.algos.impala.config import IMPALAConfig
 from walle_ray.algos.impala.update import IMPALAUpdate
 from walle_ray.algos.spec import (Algorithm, check_learner_batch, check_policy_spaces,
-                                  configured_fragment_length, learner_batch, packed_as_is,
-                                  require_algo)
+                                  configured_fragment_length, fragment_sampler_spec,
+                                  learner_batch, packed_as_is, require_algo)
 from walle_ray.buffers.mixed import BufferSpec, MixedMemory
-from walle_ray.buffers.ranked import DIST_FUNCTIONS
+from walle_ray.buffers.ranked import DIST_FUNCTIONS, STRATEGIES
 from walle_ray.config import ConfigError
 
 REPLAY_TYPES = ("queue", "uniform", "elite", "attentive")
@@ -44,7 +44,8 @@ def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 
                            lambda_batch_multiplier=float(r.lambda_batch_multiplier),
                            alpha_annealing_factor=float(r.alpha_annealing_factor),
                            anneal_rows=anneal_rows, reference_rows=int(r.reference_rows),
-                           steps=int(r.steps))
+                           steps=int(r.steps), strategy=str(r.strategy),
+                           replacement=bool(r.replacement))
         rows = round(r.ratio * batch_rows)
         share = -(-r.capacity // memories) if r.capacity else 4 * rows
         specs.append(BufferSpec(type=r.type, ratio=r.ratio,
@@ -53,7 +54,15 @@ def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 
     return specs
 
 
-def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
+def sampler_spec(algo, cfg: DictConfig, topo, i: int) -> tuple[type, tuple, dict]:
+    """Sampler i: V-trace bootstraps from the learner's own value of each fragment's last
+    observation, so samplers skip it; elite replay by ln_norm or cosine compares each step's
+    encoding, which samplers then keep."""
+    return fragment_sampler_spec(algo, cfg, topo, i, bootstrap_value=False,
+                                 encode=stores_encodings(cfg))
+
+
+def memory_spec(algo, cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
     """Memory k: the on-policy queue and replay buffers, mixed by ratio into each batch;
     with a ranked buffer, the policy it ranks with (built in the memory's process)."""
     encoder = None
@@ -61,7 +70,7 @@ def memory_spec(cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
         from walle_ray.algos.spec import role_sections
         from walle_ray.buffers.encoder import PolicyEncoder
 
-        encoder = partial(PolicyEncoder, role_sections(cfg))
+        encoder = partial(PolicyEncoder, role_sections(cfg), algo.make_model)
     from walle_ray.topology import parse_topology
 
     memories = max(1, parse_topology(cfg.topology.spec).memories)
@@ -115,6 +124,9 @@ def check_replay(algo_cfg, n: int, learners: int = 1) -> None:
 
 
 def check_ranking(where: str, r) -> None:
+    if r.strategy not in STRATEGIES:
+        raise ConfigError(f"{where}.strategy: got {r.strategy!r}; use one of "
+                          f"{', '.join(STRATEGIES)}")
     if r.dist_function not in DIST_FUNCTIONS[r.type]:
         raise ConfigError(f"{where}.dist_function: got {r.dist_function!r}; {r.type} replay ranks "
                           f"by {' or '.join(DIST_FUNCTIONS[r.type])}")
@@ -177,10 +189,8 @@ def validate(cfg: DictConfig) -> None:
                                   f"env.{key}=false")
 
 
-# V-trace bootstraps from the learner's own value of each fragment's last observation.
 IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_update=make_update,
                    fragment_length=configured_fragment_length, validate=validate,
-                   check_spaces=check_policy_spaces("IMPALA"), learner_bootstraps=True,
+                   check_spaces=check_policy_spaces("IMPALA"), sampler_spec=sampler_spec,
                    memory_spec=memory_spec, packed_learner=packed_as_is, recurrent=True,
-                   deals_rows=True,
-                   stores_encodings=stores_encodings)
+                   deals_rows=True)

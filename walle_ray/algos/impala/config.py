@@ -24,6 +24,10 @@ class ReplaySpec:
     alpha_annealing_factor: float = 1.0  # the multiplier falls to 1 over this many runs
     reference_rows: int = 16  # attentive: the latest rows whose last states are the reference
     steps: int = 0  # steps of each row a distance reads, evenly spaced; 0: all (the cost: docs/replay.md)
+    # which ranked candidates a batch keeps: nearest | spread | least_served |
+    # least_served_in_group (the platform's strategy1 to strategy4; docs/replay.md)
+    strategy: str = "nearest"
+    replacement: bool = False  # draw the candidates with repeats, as the platform does
 
 
 @dataclass

@@ -14,16 +14,20 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 def impala_loss(logp_t: torch.Tensor, entropy_t: torch.Tensor, v_t: torch.Tensor,
                 vs_t: torch.Tensor, pg_adv_t: torch.Tensor, *, baseline_coef: float,
-                ent_coef: float, mask_t: torch.Tensor | None = None
+                ent_coef: float, mask_t: torch.Tensor | None = None,
+                learn_t: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-E[log pi * A_pg] + baseline_coef * 0.5 E[(vs - V)^2] - ent_coef * E[H].
 
-    All [T, B]; vs_t and pg_adv_t are V-trace outputs (no gradient). ``mask_t`` (LASER)
-    drops steps from the policy and value terms.
+    All [T, B]; vs_t and pg_adv_t are V-trace outputs (no gradient). ``mask_t`` drops steps
+    from the policy and value terms (LASER's mask, with burn-in's steps folded in by the
+    caller); ``learn_t`` (burn-in's: 0 on the steps a replayed row re-derives its recurrent
+    state over) drops them from the entropy's mean too, so no term learns from burn-in
+    steps, as R2D2 leaves them out of the loss.
     """
     policy = -masked_mean(logp_t * pg_adv_t, mask_t)
     value = 0.5 * masked_mean((vs_t - v_t) ** 2, mask_t)
-    entropy = entropy_t.mean()
+    entropy = masked_mean(entropy_t, learn_t)
     loss = policy + baseline_coef * value - ent_coef * entropy
     return loss, {"policy_loss": policy.detach(), "value_loss": value.detach(),
                   "entropy": entropy.detach()}

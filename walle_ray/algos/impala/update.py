@@ -71,10 +71,12 @@ class IMPALAUpdate(UpdateRule):
                     lam=cfg.vtrace_lambda, mask_t=mask_t)
         loss, terms = impala_loss(logp_t, dist.entropy(), v_t, vt.vs_t, vt.pg_adv_t,
                                   baseline_coef=cfg.baseline_coef, ent_coef=cfg.ent_coef,
-                                  mask_t=mask_t)
+                                  mask_t=mask_t, learn_t=burn_t)
         replayed_t = t(batch.replayed_b).to(v_t.dtype).expand(T, B)
         if (cfg.clear_policy_coef or cfg.clear_value_coef) and bool(replayed_t.any()):
-            extra, clear_terms = clear_loss(kl_t, v_t, t(batch.v_t), replayed_t,
+            # CLEAR clones the replayed steps that are learned from, not the burned-in ones.
+            cloned_t = replayed_t if burn_t is None else replayed_t * burn_t
+            extra, clear_terms = clear_loss(kl_t, v_t, t(batch.v_t), cloned_t,
                                             policy_coef=cfg.clear_policy_coef,
                                             value_coef=cfg.clear_value_coef)
             loss = loss + extra

@@ -16,7 +16,7 @@ from walle_ray.config import ConfigError
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> PPOUpdate:
     return PPOUpdate(cfg.algo, model, collective, cfg.env.normalize_reward,
-                     cfg.run.total_env_steps, device)
+                     cfg.run.total_env_steps, device, cfg.model.seq_len)
 
 
 def fragment_length(cfg: DictConfig, topo) -> int:

@@ -19,11 +19,45 @@ from walle_ray.models import ActorCritic
 from walle_ray.ops import gae, next_values
 
 
+@torch.no_grad()
+def chunk_sequences(model, state_b: torch.Tensor, L: int, obs_t: torch.Tensor,
+                    first_t: torch.Tensor, *step_t: torch.Tensor) -> tuple:
+    """A recurrent batch [T, B, ...] cut into sequences of ``L`` steps, [L, B * C, ...] with
+    C = ceil(T / L), sequence c of column b at b * C + c, as RLlib's ``max_seq_len`` does.
+    Returns (each sequence's state at its start [B * C, S], the mask of steps that are not
+    padding [L, B * C], the chunked ``obs_t``, ``first_t`` and ``step_t``).
+
+    The states come from one unroll of ``model`` over the whole batch from the state each
+    sampler stored (``state_b``), so a sequence unrolled from its start state gives the
+    steps the full unroll gives; a fragment whose length L does not divide is padded at
+    its end, and the padding never reaches a real step (a core runs forward in time)."""
+    T, B = obs_t.shape[:2]
+    C = -(-T // L)
+    _, _, states_t = model.unroll(obs_t, state_b, first_t)
+    starts = torch.stack([state_b if c == 0 else states_t[c * L - 1] for c in range(C)], 1)
+
+    def chunk(x: torch.Tensor) -> torch.Tensor:
+        pad = C * L - T
+        if pad:
+            x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
+        # [C * L, B, ...] -> [L, B * C, ...]: sequence c of column b at b * C + c
+        return x.reshape(C, L, B, *x.shape[2:]).transpose(0, 1).transpose(1, 2).reshape(
+            L, B * C, *x.shape[2:])
+
+    valid = chunk(torch.ones(T, B, dtype=torch.bool, device=obs_t.device))
+    return (starts.reshape(B * C, -1), valid,
+            (chunk(obs_t), chunk(first_t), *(chunk(x) for x in step_t)))
+
+
 class PPOUpdate(UpdateRule):
     """Minibatch epochs over one batch; keeps the adaptive KL coefficient."""
 
     def __init__(self, cfg: PPOConfig, model: ActorCritic, collective: Collective,
-                 normalize_reward: bool, total_env_steps: int, device: torch.device):
+                 normalize_reward: bool, total_env_steps: int, device: torch.device,
+                 seq_len: int = 32):
+        """``seq_len``: ``model.seq_len``, the steps of each sequence a recurrent core learns
+        on (``chunk_sequences``)."""
+        self.seq_len = seq_len
         optimizer = make_optimizer(model.parameters(), "adam", cfg.lr, cfg.adam_eps)
         super().__init__(model, collective, optimizer, normalize_reward, total_env_steps, device)
         # A plain PPOConfig: a DictConfig's attribute reads cost more than a minibatch's
@@ -44,8 +78,9 @@ class PPOUpdate(UpdateRule):
         adv_t, target_t = gae(reward_t, batch.v_t, v_tp1, batch.terminated_t, batch.truncated_t,
                               cfg.gamma, cfg.gae_lambda)
         dev = self.device
-        # A minibatch is a set of steps; for a recurrent core, a set of whole env columns,
-        # unrolled from the state their sampler stored (``forward``, ``pick``).
+        # A minibatch is a set of steps; for a recurrent core, a set of sequences of
+        # ``seq_len`` steps, each unrolled from its state at its start (``chunk_sequences``;
+        # ``forward``, ``pick``).
         recurrent = getattr(self.model, "recurrent", False)
         shape = (lambda x: x) if recurrent else (lambda x: x.reshape(-1, *x.shape[2:]))
         tensor = lambda x: torch.as_tensor(shape(x)).to(dev)  # noqa: E731
@@ -53,12 +88,15 @@ class PPOUpdate(UpdateRule):
         old_logp, old_dist, old_v = tensor(batch.logp_t), tensor(batch.dist_t), tensor(batch.v_t)
         adv, target = tensor(adv_t), tensor(target_t)
         if recurrent:
-            state_b = torch.as_tensor(batch.state_b).to(dev)
             first_t = torch.as_tensor(batch.first_t()).to(dev)
-            forward = lambda idx: [x.flatten(0, 1) for x in  # noqa: E731
+            L = min(self.seq_len, obs.shape[0])
+            state_b, valid, (obs, first_t, actions, old_logp, old_dist, old_v, adv, target) = \
+                chunk_sequences(self.model, torch.as_tensor(batch.state_b).to(dev), L,
+                                obs, first_t, actions, old_logp, old_dist, old_v, adv, target)
+            forward = lambda idx: [x.flatten(0, 1)[valid[:, idx].flatten()] for x in  # noqa: E731
                                    self.model.unroll(obs[:, idx], state_b[idx], first_t[:, idx])[:2]]
-            pick = lambda x, idx: x[:, idx].flatten(0, 1)  # noqa: E731
-            n, unit = obs.shape[1], obs.shape[0]
+            pick = lambda x, idx: x[:, idx].flatten(0, 1)[valid[:, idx].flatten()]  # noqa: E731
+            n, unit = obs.shape[1], L
         else:
             forward = lambda idx: self.model(obs[idx])  # noqa: E731
             pick = lambda x, idx: x[idx]  # noqa: E731
@@ -107,7 +145,7 @@ class PPOUpdate(UpdateRule):
     @torch.no_grad()
     def _batch_kl(self, forward, pick, n: int, old_dist: torch.Tensor, chunk: int) -> float:
         """Mean KL(behaviour || current) over every row of every learner, ``chunk`` of the
-        batch's ``n`` units (steps, or a recurrent core's columns) at a time."""
+        batch's ``n`` units (steps, or a recurrent core's sequences of ``model.seq_len``) at a time."""
         head, total, rows = self.model.head, 0.0, 0
         for start in range(0, n, chunk):
             idx = torch.arange(start, min(n, start + chunk), device=old_dist.device)

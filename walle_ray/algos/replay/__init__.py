@@ -74,20 +74,20 @@ def replay_sampler_args(env_cfg, model_cfg, algo_cfg, explorer_cls: type, fragme
     return env_cfg, policy, writer, fragment_length, index, seed
 
 
-def replay_sampler_spec(cfg, topo, i: int) -> tuple[type, tuple, dict]:
-    """Sampler i of a replay-based algorithm (``replay_sampler_args``)."""
+def replay_sampler_spec(algo, cfg, topo, i: int, explorer: type) -> tuple[type, tuple, dict]:
+    """Sampler i of a replay-based algorithm acting with its ``explorer`` class
+    (``replay_sampler_args``); an algorithm names ``partial(replay_sampler_spec,
+    explorer=...)``."""
     from walle_ray.actors.sampler import Sampler
-    from walle_ray.algos import algorithm_for
     from walle_ray.algos.spec import role_sections
 
-    algo = algorithm_for(cfg.algo)
     s = role_sections(cfg)
-    return Sampler, replay_sampler_args(s.env, s.model, s.algo, algo.explorer,
+    return Sampler, replay_sampler_args(s.env, s.model, s.algo, explorer,
                                         algo.fragment_length(cfg, topo), i, topo.samplers,
                                         cfg.run.seed), {}
 
 
-def replay_memory_spec(cfg, k: int) -> tuple[type, tuple, dict]:
+def replay_memory_spec(algo, cfg, k: int) -> tuple[type, tuple, dict]:
     """Memory k of a replay-based algorithm: one prioritized (or uniform) replay shard."""
     from walle_ray.buffers.prioritized import PrioritizedReplay
 

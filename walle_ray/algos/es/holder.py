@@ -1,9 +1,9 @@
-"""A process that holds object-store references for roles, in a module that imports
-neither torch nor envs.
+"""The process that holds ES's shared noise table in the object store, in a module that
+imports neither torch nor envs.
 
 Ray cannot restart an actor whose constructor arguments hold object-store references
-(ray-project/ray#53727), so a role that must survive restarts is given a holder's name and
-asks it for the reference (ES's samplers and the shared noise table: ``algos/es``).
+(ray-project/ray#53727), so ES's samplers, which must survive restarts, are given the
+holder's name and ask it for the table's reference (``noise_source``).
 """
 
 from __future__ import annotations

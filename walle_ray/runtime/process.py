@@ -1,4 +1,5 @@
-"""How role processes hand memory back to the OS.
+"""What a role process sets up before it builds its roles (``prepare_process``): how it
+hands memory back to the OS, and how many threads torch computes with.
 
 By default glibc's malloc serves each large block (a batch of frames, a conv layer's
 activations) with a fresh ``mmap``, or from the top of the heap, and returns it to the OS
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt parameters
 MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts; larger blocks are still mapped afresh
@@ -33,3 +35,17 @@ def keep_freed_memory() -> bool:
     return all(mallopt(param, value) == 1 for param, value in (
         (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
         (_M_TOP_PAD, TOP_PAD)))
+
+
+def prepare_process(torch_threads: int | None = None) -> None:
+    """What every role process (``runtime/remote.py``'s workers, and ``LocalFleet`` for the
+    driver) does first: keep freed memory for reuse and, in a process that computes with
+    torch, run ``torch_threads`` intra-op threads, at most the CPUs it may use. A sampler
+    process runs one: many share few cores, and more threads only contend."""
+    keep_freed_memory()
+    if torch_threads is not None:
+        import torch
+
+        usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                  else os.cpu_count() or 1)
+        torch.set_num_threads(max(1, min(torch_threads, usable)))
