@@ -3,7 +3,7 @@
 import pytest
 
 from walle_ray.config import ConfigError
-from walle_ray.topology import check_samplers, parse_topology, plan_resources
+from walle_ray.topology import Topology, check_samplers, parse_topology, plan_resources
 
 
 @pytest.mark.parametrize("spec,counts", [
@@ -114,3 +114,35 @@ def test_topology_pack_takes_auto_off_or_a_number():
         validate(make_cfg(f"topology.pack={value}"))
     with pytest.raises(ConfigError, match=r"^topology\.pack: got 'some'; use auto, off or a"):
         validate(make_cfg("topology.pack=some"))
+
+
+def test_roles_confined_to_some_nodes_get_shares_those_nodes_hold():
+    from walle_ray.topology import fit_to_nodes
+
+    # samplers on a 2-CPU node with 'envs', the packed learner on a 2-CPU node with 'trainer'
+    processes = Topology(samplers=4, memories=2, learners=1)
+    plan = plan_resources(processes, cluster_cpus=4)
+    nodes = [{"CPU": 0.0}, {"CPU": 2.0, "envs": 8.0}, {"CPU": 2.0, "trainer": 4.0}]
+    resources = {"sampler": {"envs": 1}, "learner": {"trainer": 1}}
+    fitted = fit_to_nodes(plan, processes, resources, nodes)
+    assert plan.sampler_cpus * 4 > 2 and fitted.sampler_cpus * 4 + 0.03 <= 2.0
+    assert fitted.learner_cpus == plan.learner_cpus == 1.0
+    # both roles on the same nodes: the samplers take what the learner leaves
+    both = [{"CPU": 2.0, "envs": 8.0, "trainer": 4.0}, {"CPU": 2.0, "envs": 8.0, "trainer": 4.0}]
+    assert fit_to_nodes(plan, processes, resources, both) == plan
+    assert fit_to_nodes(plan, processes, resources, both[:1]).sampler_cpus * 4 + 1.0 + 0.03 <= 2.0
+    # unconfined roles keep the plan; a share the user set is refused, not cut
+    assert fit_to_nodes(plan, processes, {}, nodes) == plan
+    with pytest.raises(ConfigError, match="topology.resources.sampler: the 1 node"):
+        fit_to_nodes(plan, processes, resources, nodes, {"sampler": plan.sampler_cpus})
+
+
+def test_an_equal_share_fits_every_process_on_the_nodes_left():
+    from walle_ray.topology import equal_share
+
+    # 2 nodes of 2 CPUs, a learner of 1 CPU on one: 4 samplers of 0.7425 fit in total (2.97)
+    # but not node by node (1 and 2 CPUs left hold 1 and 2 of them)
+    share = equal_share([1.0, 2.0], 4, 0.7425)
+    assert share == 0.6666 and int(1.0 / share) + int(2.0 / share) >= 4
+    assert equal_share([2.0, 2.0], 4, 0.5) == 0.5  # fits as planned
+    assert equal_share([0.0], 2, 0.5) == 0.0  # no room at all

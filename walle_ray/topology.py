@@ -7,8 +7,9 @@ word ``local`` runs every role in the driver process, without Ray actors.
 
 from __future__ import annotations
 
+
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from walle_ray.config import ConfigError
 
@@ -131,6 +132,58 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
             f"(sampler {sampler_cpus:g}, learner {learner_cpus:g}); lower topology.sampler_cpus "
             "or topology.learner_cpus, or leave them unset to fit automatically")
     return plan
+
+
+def fit_to_nodes(plan: ResourcePlan, processes: Topology, resources,
+                 nodes: list[dict], explicit: dict | None = None) -> ResourcePlan:
+    """The plan with the CPU shares of samplers and learners that ``topology.resources``
+    confines to the nodes offering a custom resource cut so that they fit those nodes' CPUs
+    (``plan_resources`` fits the whole cluster's; Ray would leave the processes that do not
+    fit waiting for CPUs that never come). A share the user set (``explicit[role]``) is not
+    cut: it is refused with a message."""
+    counts = {"sampler": processes.samplers, "learner": processes.learners}
+    shares = {"sampler": plan.sampler_cpus, "learner": plan.learner_cpus}
+    io = plan.memory_cpus * processes.memories + plan.ps_cpus * processes.param_servers
+
+    def where(role: str) -> frozenset | None:
+        asks = {k: v for k, v in ((resources or {}).get(role) or {}).items()
+                if k not in ("CPU", "GPU")}
+        if not asks:
+            return None
+        return frozenset(i for i, node in enumerate(nodes)
+                         if all(node.get(k, 0.0) >= v for k, v in asks.items()))
+
+    confined = {role: where(role) for role in counts}
+    for role, other in (("sampler", "learner"), ("learner", "sampler")):  # samplers yield first
+        on = confined[role]
+        if on is None or not counts[role] or (role == "learner" and plan.learner_gpus > 0):
+            continue
+        cpus = sum(nodes[i].get("CPU", 0.0) for i in on)
+        beside = confined[other] is not None and confined[other] <= on
+        room = cpus - io - (counts[other] * shares[other] if beside else 0.0)
+        if counts[role] * shares[role] <= room + 1e-9:
+            continue
+        fit = _floor4(room / counts[role])
+        if (explicit or {}).get(role) is not None or fit <= 0:
+            raise ConfigError(
+                f"topology.resources.{role}: the {len(on)} node(s) that offer what it asks for "
+                f"have {cpus:g} CPUs, too few for {counts[role]} {role} process(es) of "
+                f"{shares[role]:g} CPU each{' beside the ' + other + 's' if beside else ''}; "
+                f"add such nodes, lower topology.{role}_cpus, or use fewer {role}s")
+        shares[role] = fit
+    return replace(plan, sampler_cpus=shares["sampler"], learner_cpus=shares["learner"])
+
+
+def equal_share(free_cpus: list[float], processes: int, share: float) -> float:
+    """The largest CPU share, at most ``share``, of which ``processes`` processes fit in nodes
+    with ``free_cpus`` each (processes of one size fill nodes alike in any order); 0 if none."""
+    def fits(s: float) -> bool:
+        return sum(int(f / s + 1e-9) for f in free_cpus if f > 0) >= processes
+
+    if not processes or fits(share):
+        return share
+    candidates = {_floor4(f / k) for f in free_cpus if f > 0 for k in range(1, processes + 1)}
+    return max((s for s in candidates if 0 < s <= share and fits(s)), default=0.0)
 
 
 def _floor4(x: float) -> float:

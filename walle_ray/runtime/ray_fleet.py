@@ -6,16 +6,18 @@ group. It offers the driver loop the same calls as ``LocalFleet`` (``runtime/fle
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
 from omegaconf import DictConfig
 
+from walle_ray.config import ConfigError
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step, count_faults,
                                      new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.topology import Packing, ResourcePlan, Topology, plan_packing
+from walle_ray.topology import Packing, ResourcePlan, Topology, equal_share, plan_packing
 
 if TYPE_CHECKING:
     from walle_ray.algos.spec import Algorithm
@@ -147,6 +149,7 @@ class RayFleet:
             self.memories.append(actor)
             self.memory_names.append(name)
             self.memory_refs.update({k: remote.MemoryRef(actor, k) for k in group})
+        self._fit_samplers_to_nodes()
         pin = pins_samplers(cfg, len(self.packing.samplers), plan.cluster_cpus)
         runtime_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
         self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
@@ -160,6 +163,38 @@ class RayFleet:
         self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
         self.restarting: dict[int, float] = {}  # sampler process -> when to ask whether it is back
         self.deaths = [0] * len(self.samplers)  # deaths of each sampler process since its last report
+
+    def _fit_samplers_to_nodes(self) -> None:
+        """On a cluster of several nodes, the samplers' CPU share cut to what the nodes they
+        may run on (``topology.resources``) have left once the other roles are placed: a
+        total that fits the cluster can still leave the last sampler no node with room for
+        it, waiting forever. A share set by hand that does not fit is refused."""
+        nodes = [n for n in self.ray.nodes() if n["Alive"]]
+        if len(nodes) < 2 or not self.packing.samplers:
+            return
+        others = [*self.learners, *self.memories, *([self.ps] if self.ps is not None else [])]
+        where = self._get([handle.where.remote() for handle in others], "roles (placing)")
+        asks = ([self.plan.learner_cpus] * len(self.learners)
+                + [self.plan.memory_cpus] * len(self.memories)
+                + [self.plan.ps_cpus] * (self.ps is not None))
+        wanted = role_resources(self.cfg, "sampler") or {}
+        free = []
+        for node in nodes:
+            if all(node["Resources"].get(k, 0.0) >= v for k, v in wanted.items()):
+                taken = sum(cpus for at, cpus in zip(where, asks) if at == node["NodeID"])
+                free.append(node["Resources"].get("CPU", 0.0) - taken)
+        count, share = len(self.packing.samplers), self.plan.sampler_cpus
+        fit = equal_share(free, count, share)
+        if fit == share:
+            return
+        if self.cfg.topology.sampler_cpus is not None or fit <= 0:
+            raise ConfigError(
+                f"topology: {count} sampler process(es) of {share:g} CPU each do not fit on the "
+                f"nodes they may run on (CPUs left there: {', '.join(f'{f:g}' for f in free)}); "
+                "lower topology.sampler_cpus, use fewer samplers, or add nodes")
+        print(f"walle_ray: samplers get {fit:g} CPU each to fit the nodes they run on "
+              f"(planned {share:g})", flush=True)
+        self.plan = replace(self.plan, sampler_cpus=fit)
 
     def _shard_memories(self, j: int) -> list:
         """The memories learner shard j reads (``Topology.memories_of_learner``)."""

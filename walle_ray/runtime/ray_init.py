@@ -185,6 +185,38 @@ def live_nodes() -> dict[str, dict]:
     return {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}
 
 
+def settle_nodes(timeout_s: float = 120.0, answer_s: float = 10.0) -> list[str]:
+    """Wait until every node Ray lists as alive answers a task pinned to it, or Ray marks it
+    dead, for at most ``timeout_s``; returns the nodes that never answered. A node lost a
+    moment ago stays listed as alive until its heartbeats have been missed for a while, and
+    roles placed on it meanwhile would never start; a rebuild after a lost role waits here."""
+    import time
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ping = ray.remote(num_cpus=0, max_retries=0)(_answer)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = list(live_nodes())
+        calls = {ping.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id, soft=False)).remote(): node_id for node_id in alive}
+        ready, waiting = ray.wait(list(calls), num_returns=len(calls), timeout=answer_s)
+        for ref in waiting:
+            ray.cancel(ref, force=True)
+        silent = [calls[ref] for ref in waiting]
+        if not silent or time.monotonic() > deadline:
+            return silent
+        print(f"walle_ray: waiting for {len(silent)} node(s) that do not answer to come back "
+              f"or be marked dead: {', '.join(n[:8] for n in silent)}", file=sys.stderr,
+              flush=True)
+        time.sleep(2.0)
+
+
+def _answer() -> bool:
+    return True
+
+
 def placement_lines(placement: Mapping[str, str], nodes: Mapping[str, dict]) -> list[str]:
     """One start-up line per node, naming the role processes on it (by their short name)."""
     by_node: dict[str, list[str]] = {}

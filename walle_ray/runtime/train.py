@@ -30,7 +30,8 @@ from walle_ray.runtime.loop import Periodic, run_loop
 from walle_ray.report import run_cost
 from walle_ray.runtime.milestones import Milestones, milestone_targets
 from walle_ray.runtime.signals import StopSignals
-from walle_ray.topology import check_samplers, parse_topology, plan_packing, plan_resources
+from walle_ray.topology import (check_samplers, fit_to_nodes, parse_topology, plan_packing,
+                                plan_resources)
 
 
 @dataclass
@@ -85,6 +86,9 @@ def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
         [node["Resources"] for node in nodes.values()])
     plan = plan_resources(processes, cpus, cfg.learner.num_gpus,
                           cfg.topology.sampler_cpus, cfg.topology.learner_cpus)
+    plan = fit_to_nodes(plan, processes, cfg.topology.resources,
+                        [node["Resources"] for node in nodes.values()],
+                        {"sampler": cfg.topology.sampler_cpus, "learner": cfg.topology.learner_cpus})
     if announce:
         print(f"walle_ray: {topo} on {cpus:g} CPUs: "
               f"{packing.describe(topo, memories=algo.loop != 'sync')} (topology.pack={pack})",
@@ -302,6 +306,10 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
               file=sys.stderr, flush=True)
         faults = fleet.faults  # counters carry over, so they never go backwards
         fleet.shutdown()
+        if not topo.local:  # a node just lost is listed as alive for a while: not on it
+            from walle_ray.runtime.ray_init import settle_nodes
+
+            settle_nodes()
         fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace)
         fleet.faults = faults
         fleet.faults["role_restarts"] = counters["restarts"]

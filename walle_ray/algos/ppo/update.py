@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 
 import numpy as np
@@ -66,7 +68,8 @@ class PPOUpdate(UpdateRule):
         self.beta = cfg.kl_beta_init
         # algo.compile: one torch.compile'd function for a minibatch's forward pass and loss
         # (feed-forward models; ``validate`` refuses a recurrent core), eager until it compiles.
-        self.compiled = torch.compile(self._forward_loss, dynamic=False) if cfg.compile else None
+        compiles = cfg.compile and compiler_found(device)
+        self.compiled = torch.compile(self._forward_loss, dynamic=False) if compiles else None
         self.backward_compiled = False  # AOTAutograd compiles the backward on its first call
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
@@ -212,3 +215,17 @@ class PPOUpdate(UpdateRule):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.beta = float(state["beta"])
+
+
+def compiler_found(device) -> bool:
+    """Whether torch.compile can build kernels for ``device``: on a CPU its back end needs a
+    C++ compiler (``CXX`` or ``c++``/``g++`` on PATH). Without one, says once what to do."""
+    if torch.device(device).type != "cpu":
+        return True
+    if any(shutil.which(c) for c in (os.environ.get("CXX", ""), "c++", "g++") if c):
+        return True
+    print("walle_ray: learner: algo.compile: no C++ compiler here, which torch.compile needs on "
+          "a CPU; PPO's update runs eager (install g++, or build the CPU image with "
+          "--build-arg WITH_COMPILER=1; algo.compile=false skips this line)",
+          file=sys.stderr, flush=True)
+    return False
