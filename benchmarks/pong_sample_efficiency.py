@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from common import RESULTS, ROOT, plot_curves, score_run, write_result
@@ -78,11 +80,10 @@ def main() -> None:
             result.update(arm=arm, seed=seed)
             runs.setdefault(arm, []).append(result)
             print(arm, seed, result["agent_steps_to_target"], result["minutes_to_target"], flush=True)
-    plot_curves(runs, TARGET, "IMPALA Pong 2a1m1l, 2 CPU cores: the settings tried",
+    plot_curves(runs, TARGET, "IMPALA Pong on 2 CPU cores: the settings tried (2a1m1l unless named)",
                 RESULTS / f"{args.name}.png")
     write_result(args.name, {
-        "command": "python benchmarks/pong_sample_efficiency.py --arms " + args.arms
-                   + " --seeds " + " ".join(map(str, args.seeds)) + f" --minutes {args.minutes:g}",
+        "command": "python benchmarks/pong_sample_efficiency.py " + shlex.join(sys.argv[1:]),
         "target": {"return": TARGET, "agent_steps": 2_000_000},
         "arms": {arm: ARMS.get(arm, "read from --run") for arm in runs},
         "runs": [r for results in runs.values() for r in results],

@@ -89,14 +89,14 @@ def sampler_rate(tree: Path, overrides: list[str]) -> dict:
 
 
 def figures(name: str, records: list[dict]) -> dict:
-    if name.startswith("ppo"):
+    if name == "ppo_halfcheetah":  # after the first iterations (the compiled step's first)
+        return steady_rates(records[len(records) // 4:], "env_steps")
+    if name.startswith("ppo_cartpole"):
         hit = first_solved(records)
         return {"train_wall_s": hit["wall_s"] if hit else None,
                 "env_steps": hit["env_steps"] if hit else None}
     if name == "impala_pong":
         return steady_rates(records, "env_steps_consumed", "env_steps")
-    if name == "ppo_halfcheetah":  # after the first iterations (the compiled step's first)
-        return steady_rates(records[len(records) // 4:], "env_steps")
     return {**steady_rates(records, "env_steps", "updates"), "return": records[-1]["return"]}
 
 
@@ -107,7 +107,10 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=45.0)
     p.add_argument("--name", default="versions_ab")
     p.add_argument("--samplers-only", action="store_true")
+    p.add_argument("--workloads", nargs="*", help="only these of the workloads (default: all)")
     args = p.parse_args()
+    chosen = lambda loads: {k: v for k, v in loads.items()  # noqa: E731
+                            if not args.workloads or k in args.workloads}
     base = Path(tempfile.mkdtemp(prefix="walle_ab_")) / "baseline"
     subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=ROOT,
                    check=True)
@@ -117,7 +120,7 @@ def main() -> None:
     runs = []
     try:
         for r in range(args.rounds):
-            loads = SAMPLERS if args.samplers_only else workloads(r, args.seconds)
+            loads = chosen(SAMPLERS if args.samplers_only else workloads(r, args.seconds))
             for name, cli in loads.items():
                 for version, tree in trees.items():
                     t0 = time.perf_counter()
@@ -132,7 +135,7 @@ def main() -> None:
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
     medians = {}
-    for name in (SAMPLERS if args.samplers_only else workloads(0, args.seconds)):
+    for name in chosen(SAMPLERS if args.samplers_only else workloads(0, args.seconds)):
         for version in trees:
             mine = [x for x in runs if x["workload"] == name and x["version"] == version]
             keys = [k for k in mine[0] if k not in ("round", "workload", "version")]
@@ -153,7 +156,10 @@ def main() -> None:
     write_result(args.name, {
         "command": f"python benchmarks/versions_ab.py --baseline {args.baseline} "
                    f"--rounds {args.rounds} --seconds {args.seconds:g}"
-                   + (f" --samplers-only --name {args.name}" if args.samplers_only else ""),
+                   + (f" --samplers-only --name {args.name}" if args.samplers_only else "")
+                   + (f" --workloads {' '.join(args.workloads)}" if args.workloads else "")
+                   + (f" --name {args.name}" if args.name != "versions_ab" and not args.samplers_only
+                      else ""),
         "baseline_commit": baseline, "medians": medians,
         "median_ratio_current_to_baseline": ratios, "runs": runs})
 
