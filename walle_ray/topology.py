@@ -134,6 +134,11 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
     return plan
 
 
+def offers(node: dict, asks: dict) -> bool:
+    """Whether a node's resources (Ray's ``Resources``) hold what one process asks for."""
+    return all(node.get(k, 0.0) >= v for k, v in asks.items())
+
+
 def fit_to_nodes(plan: ResourcePlan, processes: Topology, resources,
                  nodes: list[dict], explicit: dict | None = None) -> ResourcePlan:
     """The plan with the CPU shares of samplers and learners that ``topology.resources``
@@ -150,8 +155,7 @@ def fit_to_nodes(plan: ResourcePlan, processes: Topology, resources,
                 if k not in ("CPU", "GPU")}
         if not asks:
             return None
-        return frozenset(i for i, node in enumerate(nodes)
-                         if all(node.get(k, 0.0) >= v for k, v in asks.items()))
+        return frozenset(i for i, node in enumerate(nodes) if offers(node, asks))
 
     confined = {role: where(role) for role in counts}
     for role, other in (("sampler", "learner"), ("learner", "sampler")):  # samplers yield first

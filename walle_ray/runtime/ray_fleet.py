@@ -17,7 +17,8 @@ from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step, count_faults,
                                      new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.topology import Packing, ResourcePlan, Topology, equal_share, plan_packing
+from walle_ray.topology import (Packing, ResourcePlan, Topology, equal_share, offers,
+                                plan_packing)
 
 if TYPE_CHECKING:
     from walle_ray.algos.spec import Algorithm
@@ -180,7 +181,7 @@ class RayFleet:
         wanted = role_resources(self.cfg, "sampler") or {}
         free = []
         for node in nodes:
-            if all(node["Resources"].get(k, 0.0) >= v for k, v in wanted.items()):
+            if offers(node["Resources"], wanted):
                 taken = sum(cpus for at, cpus in zip(where, asks) if at == node["NodeID"])
                 free.append(node["Resources"].get("CPU", 0.0) - taken)
         count, share = len(self.packing.samplers), self.plan.sampler_cpus
