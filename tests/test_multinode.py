@@ -47,6 +47,12 @@ class Output:
     def text(self) -> str:
         return "".join(self.lines)
 
+    def tail(self, n: int = 4000) -> str:
+        """The run's own lines, without the Ray log lines a dying raylet floods it with."""
+        own = [line for line in self.lines
+               if not line.startswith((" ", "\t")) and "(raylet)" not in line]
+        return "".join(own)[-n:]
+
     def placements(self) -> list[dict[str, list[str]]]:
         """Each placement the run printed (at start-up, after each rebuild): node id prefix ->
         the role processes on it."""
@@ -75,9 +81,9 @@ def wait_for(what: str, check, proc, output: Output, timeout_s: float = 150.0):
         value = check()
         if value:
             return value
-        assert proc.poll() is None, f"the run ended while waiting for {what}:\n{output.text[-4000:]}"
+        assert proc.poll() is None, f"the run ended while waiting for {what}:\n{output.tail()}"
         time.sleep(0.5)
-    raise AssertionError(f"no {what} within {timeout_s:.0f} s:\n{output.text[-4000:]}")
+    raise AssertionError(f"no {what} within {timeout_s:.0f} s:\n{output.tail()}")
 
 
 @pytest.fixture
@@ -152,7 +158,7 @@ def test_roles_on_several_nodes_and_the_loss_of_nodes(cluster, tmp_path):
         if proc.poll() is None:
             proc.kill()
         output.thread.join(timeout=5)
-    assert proc.returncode == 128 + signal.SIGINT, output.text[-4000:]
+    assert proc.returncode == 128 + signal.SIGINT, output.tail()
     assert "stopped (signal)" in output.text and "no final checkpoint" not in output.text
     from walle_ray.runtime.checkpoint import load_checkpoint
 

@@ -56,6 +56,15 @@ def role_failed(role: str, exc: BaseException) -> RoleFailed:
     return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
 
 
+def lost_an_object(exc: BaseException) -> bool:
+    """Whether an error raised inside a role is Ray's: an object it read was lost with the
+    node or process that held it (the role itself is sound and can be asked again)."""
+    import ray
+
+    cause = getattr(exc, "cause", None) or exc
+    return isinstance(cause, (ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError))
+
+
 @dataclass
 class Step:
     """What one ``Fleet.step`` brought: sampler reports (env steps, episodes, timings),

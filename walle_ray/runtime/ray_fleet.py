@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from walle_ray.config import ConfigError
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step, count_faults,
-                                     new_faults, role_failed, timed_update)
+                                     lost_an_object, new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.topology import (Packing, ResourcePlan, Topology, equal_share, offers,
                                 plan_packing)
@@ -301,7 +301,18 @@ class RayFleet:
                     self.restarting[index] = time.monotonic() + 0.2
                 continue
             except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
+                if kind == "sampler" and lost_an_object(exc):
+                    self._sampler_died(index, exc)  # what it read lived on a lost node: ask again
+                    continue
                 raise role_failed(f"{kind}-{index}", exc) from None
+            except self.ray.exceptions.ObjectLostError as exc:  # its result lived on a lost node
+                if kind == "learner":
+                    raise RoleDied(f"learner-{index}: {type(exc).__name__}") from None
+                if kind == "sampler":
+                    self._sampler_died(index, exc)
+                else:
+                    self.restarting[index] = time.monotonic() + 0.2
+                continue
             if kind == "restarted":
                 self.restarting.pop(index, None)
                 self._call_sampler(index)
