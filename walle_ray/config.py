@@ -44,6 +44,12 @@ class RunConfig:
     report_every_s: float = 5.0  # seconds between metrics records of asynchronous algorithms
     role_timeout_s: float = 600.0  # longest wait for any role's answer before the run stops
     max_restarts: int = 3  # learner/memory deaths survived by rebuilding from the last checkpoint
+    # A role whose own work (env steps, updates) makes no progress for this long is stalled:
+    # named, its threads' stacks written to <run dir>/stalls/, restarted like a dead one
+    # (docs/faults.md, "Stalled roles"); null: never. A process's first call (envs made,
+    # the first update compiled) gets stall_start_s.
+    stall_s: Optional[float] = 120.0
+    stall_start_s: float = 600.0
     ray_address: Optional[str] = None  # Ray cluster to join; None: RAY_ADDRESS or a local instance
     ray_num_cpus: Optional[int] = None  # CPUs of a local Ray instance; None: all cores
     # Start samplers and learners with torch imported before they join Ray: their loops run
@@ -290,6 +296,10 @@ def validate(cfg: DictConfig) -> None:
     require(cfg.run.report_every_s > 0, "run.report_every_s", "must be positive")
     require(cfg.run.role_timeout_s > 0, "run.role_timeout_s", "must be positive")
     require(cfg.run.max_restarts >= 0, "run.max_restarts", "must be zero or positive")
+    require(cfg.run.stall_s is None or cfg.run.stall_s > 0, "run.stall_s",
+            "must be positive, or null to never look for stalled roles")
+    require(cfg.run.stall_s is None or cfg.run.stall_start_s >= cfg.run.stall_s,
+            "run.stall_start_s", "must be at least run.stall_s")
     require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
     require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")
     require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")

@@ -323,6 +323,7 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
                             if s >= max(SILENT_MIN_S, SILENT_SHARE * wall)},
         "verdict": verdict, "advice": advice, "totals": totals,
         "milestones": dict(counters.get("milestones", {})), "cost": run_cost(counters),
+        "faults": dict(counters.get("faults", {})),
     }
     report["summary"] = summary(report)
     return report
@@ -406,6 +407,10 @@ def summary(report: dict) -> str:
         text += (f"; {names} sent no report for the last {max(silent.values()):.0f} s (a call "
                  "that never returned: blocked on a full memory or on weights; its figures "
                  "count only the calls that did)")
+    stalls = (report.get("faults") or {}).get("stalls", 0)
+    if stalls:
+        text += (f"; {stalls} stalled role{'s' if stalls > 1 else ''} found and restarted "
+                 "(their stacks in stalls/)")
     text += f". Advice: {report['advice']}."
     if "cost" in report:  # reports from before time and cost to a score have none
         text += f"\nwalle_ray: time and cost: {cost_line(report.get('milestones', {}), report['cost'])}"

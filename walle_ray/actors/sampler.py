@@ -11,6 +11,7 @@ import torch
 
 from walle_ray.config import EnvConfig
 from walle_ray.envs import make_vector_env
+from walle_ray.pulse import PULSE
 
 if TYPE_CHECKING:
     from walle_ray.contracts import ActingPolicy, WeightsFeed, Writer
@@ -70,6 +71,7 @@ class Sampler:
         writer.start(obs)
         returns, lengths = [], []
         act_s = env_s = 0.0
+        pulse = PULSE  # each step is progress (docs/faults.md, "Stalled roles")
         mark = clock()  # two clock reads a step: each ends one phase and starts the next
         for t in range(self.fragment_length):
             if t == ask_at:
@@ -87,7 +89,7 @@ class Sampler:
                 lengths += ended.episode_lengths
             steps += B
             obs = next_obs
-            mark = clock()
+            mark = pulse.at = clock()
             env_s += mark - acted
         self.obs, self.total_steps = obs, steps
         item, written = writer.finish(obs, self.version)

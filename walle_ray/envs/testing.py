@@ -278,39 +278,56 @@ def fault_log():
                                         get_if_exists=True, num_cpus=0).remote()
 
 
-def _sampler_index() -> int | None:
-    """This process's sampler index, from its Ray actor name ``walle/sampler-<i>``."""
+def _sampler_indices() -> tuple[int, ...] | None:
+    """The samplers this process runs, from its Ray actor name: ``walle/sampler-3``, or
+    ``walle/sampler-0,2`` for a packed process."""
     import ray
 
     if not ray.is_initialized():
         return None
     name = ray.get_runtime_context().get_actor_name() or ""
-    return int(name.rsplit("-", 1)[1]) if name.startswith("walle/sampler-") else None
+    if not name.startswith("walle/sampler-"):
+        return None
+    return tuple(int(i) for i in name.rsplit("-", 1)[1].split(","))
+
+
+def hang_forever() -> None:
+    """Never returns: an env step or a forward pass that hangs, for the stall tests."""
+    while True:
+        time.sleep(1.0)
+
+
+def fire_once(key: tuple) -> bool:
+    """True the first time in a run that fault ``key`` is asked for (``FaultLog``)."""
+    return FaultyEnv._first_time(key)
 
 
 class FaultyEnv(gym.Wrapper):
     """``base_id`` (CartPole by default) that fails at chosen steps of chosen samplers, for
     fault-tolerance tests: ``faults=[[sampler, step], ...]`` counts the steps of all envs of
-    that sampler's process; ``how`` is ``raise`` (an exception from ``step``) or ``exit``
-    (the process ends at once, like a crash). Each fault fires once per run."""
+    that sampler's process; ``how`` is ``raise`` (an exception from ``step``), ``exit``
+    (the process ends at once, like a crash) or ``hang`` (``step`` never returns). Each
+    fault fires once per run."""
 
     def __init__(self, base_id: str = "CartPole-v1", faults=(), how: str = "raise", **kwargs):
-        if how not in ("raise", "exit"):
-            raise ValueError(f"FaultyEnv: how={how!r}; use raise or exit")
+        if how not in ("raise", "exit", "hang"):
+            raise ValueError(f"FaultyEnv: how={how!r}; use raise, exit or hang")
         super().__init__(gym.make(base_id, **kwargs))
         self.faults = {(int(i), int(step)) for i, step in faults}
         self.how = how
-        self.index = _sampler_index()  # built inside its sampler's process
+        self.indices = _sampler_indices()  # built inside its sampler's process
 
     def step(self, action):
         global _steps_in_process
         _steps_in_process += 1
-        index = self.index
-        key = (-1 if index is None else index, _steps_in_process)
-        if key in self.faults or (index is None and any(step == key[1] for _, step in self.faults)):
+        key = next(((i, step) for i, step in self.faults if step == _steps_in_process
+                    and (self.indices is None or i in self.indices)), None)
+        if key is not None:
             if self._first_time(key):
                 if self.how == "exit":
                     os._exit(17)
+                if self.how == "hang":
+                    hang_forever()
                 raise RuntimeError(f"injected fault at step {key[1]} of sampler {key[0]}")
         return self.env.step(action)
 

@@ -18,6 +18,7 @@ _GAUGES = {
     "learner_busy": ("walle_learner_busy", "share of time the learners compute"),
     "collect_share": ("walle_collect_share", "share of an iteration spent collecting"),
     "faults/sampler_restarts": ("walle_sampler_restarts", "samplers restarted after a fault"),
+    "faults/stalls": ("walle_stalls", "roles found stalled and restarted"),
 }
 # per-memory keys (memory/<k>/<key>) -> gauge name; several keys can share a gauge
 _MEMORY_GAUGES = {"queue_size": "walle_queue_depth", "size": "walle_replay_size",

@@ -78,7 +78,7 @@ class Step:
 
 def new_faults() -> dict:
     """The fault counters every fleet reports as ``faults/<key>``."""
-    return {"sampler_restarts": 0, "lost_fragments": 0}
+    return {"sampler_restarts": 0, "lost_fragments": 0, "stalls": 0}
 
 
 def count_faults(faults: dict, stats: dict) -> None:

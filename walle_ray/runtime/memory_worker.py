@@ -10,6 +10,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from walle_ray.pulse import PULSE, thread_stacks
 from walle_ray.runtime.process import prepare_process
 
 if TYPE_CHECKING:
@@ -26,6 +27,15 @@ class Placed:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    def progress(self) -> dict:
+        """How long this process's own work has gone without progress (``walle_ray/pulse.py``);
+        a process busy in one call answers only once it ends, which is how a stuck memory or
+        parameter server shows (``runtime/stalls.py``)."""
+        return PULSE.progress()
+
+    def stacks(self) -> str:
+        return thread_stacks()
 
     def usage(self) -> dict:
         """This process's cost so far (``runtime/milestones.py``): ``cpu_s``, the CPU time of

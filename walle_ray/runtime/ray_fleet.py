@@ -17,10 +17,13 @@ from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step, count_faults,
                                      lost_an_object, new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
+from walle_ray.runtime.stalls import StallWatch
 from walle_ray.topology import (Packing, ResourcePlan, Topology, equal_share, offers,
                                 plan_packing)
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from walle_ray.algos.spec import Algorithm
 
 
@@ -120,7 +123,8 @@ class RayFleet:
 
     def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float,
-                 packing: Packing | None = None):
+                 packing: Packing | None = None, stall_dir: Path | None = None):
+        """``stall_dir``: where the stacks of stalled roles go (``runtime/stalls.py``)."""
         import ray
 
         from walle_ray.runtime import remote
@@ -132,6 +136,7 @@ class RayFleet:
         self.offline = algo.reads_dataset
         self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
         self.faults = new_faults()
+        self.watch = None  # set once every role is up
         self.learners = make_learners(cfg, algo, self.packing, obs_space, action_space, plan,
                                       timeout_s)
         self.ps = (remote.RemoteParameterServer.options(
@@ -164,6 +169,9 @@ class RayFleet:
         self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
         self.restarting: dict[int, float] = {}  # sampler process -> when to ask whether it is back
         self.deaths = [0] * len(self.samplers)  # deaths of each sampler process since its last report
+        if cfg.run.stall_s:
+            self.watch = StallWatch(ray, self._roles, cfg.run.stall_s, cfg.run.stall_start_s,
+                                    stall_dir)
 
     def _fit_samplers_to_nodes(self) -> None:
         """On a cluster of several nodes, the samplers' CPU share cut to what the nodes they
@@ -232,12 +240,19 @@ class RayFleet:
 
     def _get(self, refs, role: str):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its
-        death becomes a RoleError that names it."""
+        death becomes a RoleError that names it. Stalled roles are looked for meanwhile."""
+        waiting = list(refs) if isinstance(refs, list) else [refs]
+        deadline = time.monotonic() + self.timeout_s
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
+                                  "(run.role_timeout_s)")
+            _, waiting = self.ray.wait(waiting, num_returns=len(waiting), timeout=min(left, 1.0))
+            if waiting:
+                self._look_for_stalls()
         try:
-            return self.ray.get(refs, timeout=self.timeout_s)
-        except self.ray.exceptions.GetTimeoutError:
-            raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
-                              "(run.role_timeout_s)") from None
+            return self.ray.get(refs)
         except self.ray.exceptions.RayActorError as exc:
             raise RoleDied(f"{role} died ({type(exc).__name__})") from None
         except self.ray.exceptions.RayTaskError as exc:
@@ -273,10 +288,27 @@ class RayFleet:
         self.faults["lost_fragments"] += samplers * (1 if self.sync else self._fragments_per_call(p))
         self.restarting[p] = time.monotonic() + 0.2
 
+    def _look_for_stalls(self) -> None:
+        """A stalled sampler process is killed, for Ray to start again: its call in flight
+        then fails as a death does. Any other stalled role is a RoleDied, for the driver to
+        rebuild from the last checkpoint (``runtime/stalls.py``)."""
+        if self.watch is None:
+            return
+        restarting = {self.sampler_names[p] for p in self.restarting}
+        for stall in self.watch.check(restarting):
+            handle = self._roles()[stall.name]
+            self.watch.report(stall, handle)
+            self.watch.forget(stall.name)
+            self.faults["stalls"] += 1
+            if stall.name not in self.sampler_names:
+                raise RoleDied(f"{stall.role} stalled")
+            self.ray.kill(handle, no_restart=False)
+
     def _finished(self, timeout_s: float) -> list[tuple]:
         """(kind, process index, result, fragment refs) of the calls that ended within
         ``timeout_s`` (a sampler process's result is a report per sampler); each restarted
         sampler process is called again."""
+        self._look_for_stalls()
         now = time.monotonic()
         for i, when in list(self.restarting.items()):  # ask dead samplers whether they are back
             if now >= when and not any(v[:2] == ("restarted", i) for v in self.pending.values()):

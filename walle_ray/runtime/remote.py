@@ -19,6 +19,7 @@ import torch
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
 from walle_ray.runtime.memory_worker import AsyncMemoryWorker, Placed
+from walle_ray.pulse import PULSE, thread_stacks, working
 from walle_ray.runtime.process import prepare_process
 
 
@@ -70,7 +71,20 @@ class SlotSpec:
     routes: tuple = ()
 
 
-class SamplerWorker(Placed):
+class Watched:
+    """What a process that runs its own work (samplers, learners) answers on a thread of its
+    own, even while a call is under way or stuck (``runtime/stalls.py``)."""
+
+    @ray.method(concurrency_group="watch")
+    def progress(self) -> dict:
+        return PULSE.progress()
+
+    @ray.method(concurrency_group="watch")
+    def stacks(self) -> str:
+        return thread_stacks()
+
+
+class SamplerWorker(Watched, Placed):
     """One sampler process running one or more logical samplers (``topology.pack``), each with
     its own envs, seed, memory and fault accounting, in turn. The process keeps the newest
     weights it has pulled from the parameter server, and gives each sampler them before its
@@ -111,11 +125,13 @@ class SamplerWorker(Placed):
     def _take(self, latest) -> None:
         """Keep ``latest`` (version, box) when it is newer than what this process has."""
         if latest is not None and latest[0] > self.version:
-            self.version, self.weights = latest[0], ray.get(latest[1][0])
+            with PULSE.waiting("weights"):
+                self.version, self.weights = latest[0], ray.get(latest[1][0])
 
     def _fetch(self) -> None:
         """Blocking: the newest weights from the source, when newer than this process's."""
-        self._take(ray.get(self.source.latest.remote(self.version)))
+        with PULSE.waiting("weights"):
+            self._take(ray.get(self.source.latest.remote(self.version)))
 
     def _give(self, sampler) -> None:
         if sampler.version < self.version:
@@ -145,7 +161,8 @@ class SamplerWorker(Placed):
         t0 = time.perf_counter()
         asked, self.asked = self.asked, None
         if asked is not None:
-            latest = ray.get(asked)
+            with PULSE.waiting("weights"):
+                latest = ray.get(asked)
             if self.asked_again:
                 pass
             elif time.perf_counter() - t0 > 5e-4:  # it had to wait for the answer: ask earlier
@@ -174,6 +191,7 @@ class SamplerWorker(Placed):
         return True
 
     @ray.method(num_returns=2)
+    @working
     def collect(self, version: int | None = None, weights: list | None = None):
         """A fragment of every sampler of this process, then their stats: ``(fragment_0,
         ..., fragment_k-1, [stats_0, ..., stats_k-1])``, as separate objects, so each
@@ -189,6 +207,7 @@ class SamplerWorker(Placed):
             stats.append(report)
         return (*fragments, stats)
 
+    @working
     def run(self, num_fragments: int) -> list[dict]:
         """``num_fragments`` fragments of each sampler, in turn, into its memories (a
         fragment's rows dealt across them, or whole: ``Topology.routes``). Returns one report
@@ -223,7 +242,8 @@ class SamplerWorker(Placed):
                     if name in pending:
                         owner, ref = pending.pop(name)
                         t0 = time.perf_counter()
-                        totals[owner]["put_wait_s"] += ray.get(ref)
+                        with PULSE.waiting("a memory"):
+                            totals[owner]["put_wait_s"] += ray.get(ref)
                         waited += time.perf_counter() - t0
                     items = [(rollout if rows is None else rollout.rows(rows), key)
                              for key, rows in parts]
@@ -232,8 +252,9 @@ class SamplerWorker(Placed):
                 if waited > 1e-3:  # the weights asked for during the fragment are old now
                     self._ask(again=True)
                 _add_stats(totals[s], stats)
-        for owner, ref in pending.values():
-            totals[owner]["put_wait_s"] += ray.get(ref)
+        with PULSE.waiting("a memory"):
+            for owner, ref in pending.values():
+                totals[owner]["put_wait_s"] += ray.get(ref)
         return totals
 
 
@@ -310,7 +331,7 @@ def _add_stats(total: dict, stats: dict) -> None:
     total["policy_version"] = stats["policy_version"]
 
 
-class LearnerWorker(Placed):
+class LearnerWorker(Watched, Placed):
     """A learner process, for one or more learner shards (``topology.pack``): it reads
     fragments from the memories of its shards and publishes weights by reference. With
     several shards each update takes a batch from each and learns from them together: the
@@ -387,6 +408,7 @@ class LearnerWorker(Placed):
         batches of the shards it feeds)."""
         return all(len(self.held[shard]) < self.prefetch for shard in source.shards)
 
+    @working
     def train(self, num_updates: int, env_steps: int) -> dict:
         """Up to ``num_updates`` updates on batches pulled from the memories; averaged
         metrics plus timings. Returns early when data stops coming (e.g. while the run
@@ -400,10 +422,12 @@ class LearnerWorker(Placed):
         t_start = time.perf_counter()
         for _ in range(num_updates):
             t0 = time.perf_counter()
-            served = self._next_batches()
+            with PULSE.waiting("memories"):
+                served = self._next_batches()
             wait_s += time.perf_counter() - t0
             have = all(pair is not None for pair in served)
-            everyone = self.learner.collective.all_reduce_min(torch.tensor([float(have)]))
+            with PULSE.waiting("the other learners"):
+                everyone = self.learner.collective.all_reduce_min(torch.tensor([float(have)]))
             if not everyone.item():
                 for s, pair in enumerate(served):
                     if pair is not None:
@@ -411,6 +435,7 @@ class LearnerWorker(Placed):
                 break
             batches = [batch for _, batch in served]
             metrics = self.learner.update(batches, env_steps)
+            PULSE.beat()
             first_at = first_at or time.time()
             feedback = self.learner.memory_feedback()
             if feedback is not None:  # back to the memories that served the batches
@@ -448,13 +473,16 @@ class LearnerWorker(Placed):
                    backend: str | None = None) -> None:
         self.learner.join_group(address, port, rank, world_size, backend)
 
+    @working
     def learn(self, fragments: list, env_steps: int, publishes: bool = False,
               publish_to=None) -> tuple:
         """A synchronous update on the iteration's fragments its shards learn from (their
         references, read zero-copy here). Returns its metrics and, when it ``publishes``,
         the new weights' (version, box) as ``publish`` does (else None), so the update and
         the publish cost the caller one round trip."""
-        metrics = self.learner.update(ray.get(fragments), env_steps)
+        with PULSE.waiting("samplers"):
+            fragments = ray.get(fragments)
+        metrics = self.learner.update(fragments, env_steps)
         return metrics, (self.publish(publish_to, wait=False) if publishes else None)
 
     def publish(self, ps=None, wait: bool = True) -> tuple[int, list]:
@@ -491,8 +519,8 @@ class ParameterServerWorker(ParameterServer, Placed):
     """The parameter server's process (``walle/ps``)."""
 
 
-RemoteSampler = ray.remote(SamplerWorker)
-RemoteLearner = ray.remote(concurrency_groups={"weights": 1})(LearnerWorker)
+RemoteSampler = ray.remote(concurrency_groups={"watch": 1})(SamplerWorker)
+RemoteLearner = ray.remote(concurrency_groups={"weights": 1, "watch": 1})(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.
 RemoteAsyncMemory = ray.remote(AsyncMemoryWorker)

@@ -54,9 +54,11 @@ def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
 
 
 def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
-               namespace: str = "walle_ray", announce: bool = False):
+               namespace: str = "walle_ray", announce: bool = False,
+               stall_dir: Path | None = None):
     """A LocalFleet for ``topology=local``, else Ray actors packed into processes
-    (``topology.pack``) and placed by the resource plan; ``announce`` prints the plan.
+    (``topology.pack``) and placed by the resource plan; ``announce`` prints the plan;
+    the stacks of stalled roles go to ``stall_dir``.
 
     Each run's actors live in their own Ray namespace, so two runs on one cluster can both
     name theirs ``walle/sampler-0``.
@@ -94,7 +96,7 @@ def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
               f"{packing.describe(topo, memories=algo.loop != 'sync')} (topology.pack={pack})",
               flush=True)
     fleet = RayFleet(cfg, algo, topo, obs_space, action_space, plan, cfg.run.role_timeout_s,
-                     packing)
+                     packing, stall_dir)
     if len(nodes) > 1:  # where each role process runs, on a cluster
         try:
             placement = fleet.placement()
@@ -257,7 +259,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
               flush=True)
     namespace = f"walle_ray-{run_dir.name}"
     fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace,
-                       announce=True)
+                       announce=True, stall_dir=run_dir / "stalls")
     try:
         if ckpt:
             try:
@@ -310,7 +312,8 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             from walle_ray.runtime.ray_init import settle_nodes
 
             settle_nodes()
-        fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace)
+        fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace,
+                           stall_dir=run_dir / "stalls")
         fleet.faults = faults
         fleet.faults["role_restarts"] = counters["restarts"]
         last = run_dir / "checkpoints" / "last.pt"
@@ -360,6 +363,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             metrics.summary(milestone_summary(counters))
             metrics.close(signals.exit_code or int(stopped_by == "error"))
             fleet.shutdown()
+    counters["faults"] = dict(fleet.faults)
     times.finish(run_dir, counters)  # the bottleneck report: report.json and its paragraph
     print(f"walle_ray: {label}: stopped ({stopped_by}) at {counters['env_steps']} env steps; "
           f"{'evaluation ' if offline else ''}return {window.mean:.2f}; results in "

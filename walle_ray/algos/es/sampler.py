@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from walle_ray.envs import make_vector_env
+from walle_ray.pulse import PULSE
 
 
 @dataclass
@@ -125,7 +126,7 @@ class ESSampler:
             if self.action_noise_std and not model.discrete:
                 action = np.clip(action + self.action_noise_std * self.rng.standard_normal(action.shape),
                                  env.action_space.low, env.action_space.high).astype(np.float32)
-            acted = clock()
+            acted = PULSE.at = clock()  # each step is progress (docs/faults.md, "Stalled roles")
             env.step(action, next_obs, reward, terminated, truncated)
             env_steps += int(active.sum())  # an env with no perturbation left idles uncounted
             returns_env += reward
