@@ -15,7 +15,7 @@ import walle_ray
 from walle_ray.config import CONF_DIR
 from walle_ray.runtime.args import rewrite_args
 
-from conftest import make_cfg, run_cli
+from conftest import ROOT, make_cfg, run_cli
 
 SMALL = {"algo": {"batch_size": 256, "minibatch_size": 64}, "run": {"total_env_steps": 1500}}
 
@@ -23,7 +23,7 @@ SMALL = {"algo": {"batch_size": 256, "minibatch_size": 64}, "run": {"total_env_s
 def test_train_from_python_returns_the_run_and_its_policy_acts_in_a_fresh_process(
         on_path, tmp_path):
     """A user's env and network, trained from Python; the checkpoint acts in another process,
-    which imports the user's modules itself."""
+    which imports the user's modules itself once told to trust the checkpoint."""
     result = walle_ray.train(["env.id=my_pkg.envs:Corridor-v0", "topology=local",
                               "model._target_=my_pkg.nets:MyActorCritic"],
                              run_dir=tmp_path / "run", **SMALL)
@@ -36,15 +36,16 @@ def test_train_from_python_returns_the_run_and_its_policy_acts_in_a_fresh_proces
 
     script = textwrap.dedent(f"""
         import sys, numpy as np, walle_ray
-        policy = walle_ray.load_policy({str(result.run_dir)!r})
+        policy = walle_ray.load_policy({str(result.run_dir)!r}, trust_code=True)
         assert "ray" not in sys.modules
         assert type(policy._acting.model.net).__name__ == "MyActorCritic"
         batch = policy.act(np.zeros((5, 1), np.float32))
         one = policy.act(np.zeros(1, np.float32))
         print(batch.shape, batch.dtype.kind, np.ndim(one), policy.env_steps)
     """)
+    path = os.pathsep.join([str(ROOT), on_path["PYTHONPATH"]])  # this source tree's walle_ray
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={**os.environ, **on_path}, cwd=tmp_path, timeout=120)
+                          env={**os.environ, "PYTHONPATH": path}, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["(5,)", "i", "0", str(result.counters["env_steps"])]
 
@@ -124,8 +125,18 @@ def test_a_users_config_dir_adds_env_preset_and_topology_and_resume_finds_it(on_
                   f"hydra.run.dir={run_dir}", env=on_path).stdout
     assert f"tuned settings from {conf}/preset/ppo_corridor.yaml apply" in out
     assert "ppo corridor local" in out and "stopped (budget) at 1024" in out
-    out = run_cli(f"run.resume={run_dir}", "run.total_env_steps=2048", env=on_path).stdout
+    # The stored search path names a directory of files that name code: given again, or trusted.
+    proc = run_cli(f"run.resume={run_dir}", env=on_path, check=False, timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert (f"puts '{conf}' on the config search path (hydra.searchpath), whose files may name "
+            f"code to import; resume with run.trust_code=true if you trust {run_dir}, or give "
+            f"--config-dir {conf} again") in proc.stderr
+    out = run_cli(f"run.resume={run_dir}", "run.total_env_steps=2048", "run.trust_code=true",
+                  env=on_path).stdout
     assert "resumed at 1024 env steps" in out and "stopped (budget) at 2048" in out
+    out = run_cli("--config-dir", str(conf), f"run.resume={run_dir}", "run.total_env_steps=3072",
+                  env=on_path).stdout
+    assert "resumed at 2048 env steps" in out and "stopped (budget) at 3072" in out
 
     result = walle_ray.train(["env=corridor", "topology=inline"], config_dir=conf,
                              run_dir=tmp_path / "api", logger={"progress": "off"})

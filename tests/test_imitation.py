@@ -275,6 +275,33 @@ def test_bad_datasets_and_topologies_get_one_line(tmp_path):
         assert message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr[-500:])
 
 
+def test_a_dataset_without_its_spaces_makes_no_env_and_is_refused_in_one_line(tmp_path):
+    """Minari learns a missing space by making the env its metadata's env_spec names; a
+    crafted spec would run its entry point. The metadata is refused before Minari reads it."""
+    marker = tmp_path / "ran"
+    spec = gym.spec("CartPole-v1").to_json()
+    evil = json.dumps({**json.loads(spec), "id": "Evil-v0", "entry_point": "os:system",
+                       "kwargs": {"command": f"touch {marker}"}})
+    for key in ("observation_space", "action_space"):
+        path = _write(tmp_path / key, [3, 2], [True, True])
+        metadata = path / "data" / "metadata.json"
+        meta = json.loads(metadata.read_text())
+        del meta[key]
+        metadata.write_text(json.dumps({**meta, "env_spec": evil}))
+        with pytest.raises(ConfigError, match=f"has no '{key}'"):
+            dataset_info(str(path))
+        proc = run_cli("algo=bc", "topology=0a1m1l", f"dataset.path={path}",
+                       f"hydra.run.dir={tmp_path / 'r'}", check=False, timeout=120)
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("walle_ray: error:")]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+        assert f"{metadata} has no '{key}'" in lines[0] and "Traceback" not in proc.stderr
+        assert not marker.exists()
+    meta["observation_space"] = '{"type": "Box", "shape": "nonsense"}'
+    metadata.write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="holds a 'observation_space' that is not a space"):
+        dataset_info(str(path))
+
+
 def test_an_offline_run_resumes_where_it_stopped_and_evaluates_as_it_goes(tmp_path):
     data = _write(tmp_path / "d", [20, 30, 25], [True, False, True])
     run = tmp_path / "run"

@@ -137,7 +137,8 @@ def test_ppo_with_a_user_network_trains_locally_and_evaluates(on_path, tmp_path)
     checkpoint = tmp_path / "checkpoints" / "last.pt"
     assert checkpoint.is_file()
     out = run_cli("mode=eval", f"run.checkpoint={checkpoint}", "eval.episodes=2",
-                  f"hydra.run.dir={tmp_path}/eval", env=on_path, timeout=120).stdout
+                  "run.trust_code=true", f"hydra.run.dir={tmp_path}/eval", env=on_path,
+                  timeout=120).stdout
     assert "eval my_pkg.envs:Corridor-v0: 2 episodes, return" in out
 
 

@@ -195,34 +195,41 @@ class Policy:
         reset(done)
 
 
-def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 0) -> Policy:
+def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 0,
+                trust_code: bool = False) -> Policy:
     """The policy of a checkpoint file or run directory (its ``checkpoints/last.pt``), built
-    as the run's evaluation builds it. The env's modules (``env.imports``, an
-    ``env.entry_point``, a ``module:EnvId`` id) and a user network (``model._target_``) are
-    imported here, so they must be importable in this process."""
+    as the run's evaluation builds it.
+
+    A checkpoint whose env or network is code (``env.imports``, an ``env.entry_point``, a
+    ``module:EnvId`` id, ``env.wrappers``, ``model._target_``) is refused with a
+    ``CheckpointError`` naming it, unless ``trust_code=True``: building it imports and runs
+    that code, here, so it must be importable in this process (docs/faults.md, "Files from
+    elsewhere")."""
     from walle_ray.algos import algorithm_of
     from walle_ray.envs import env_spaces
-    from walle_ray.runtime.checkpoint import load_checkpoint
+    from walle_ray.runtime.checkpoint import checked_config, load_checkpoint
     from walle_ray.runtime.evaluate import typed_sections
     from omegaconf import OmegaConf
 
     ckpt = load_checkpoint(Path(checkpoint))
-    trained = OmegaConf.create(ckpt["config"])
+    config = checked_config(ckpt, Path(checkpoint), trust_code)
+    trained = OmegaConf.create(config)
     algo = algorithm_of(OmegaConf.to_container(trained.algo))
     sections = typed_sections(trained, algo.config_cls)
     obs_space, action_space = env_spaces(sections.env)
     acting = algo.eval_policy(obs_space, action_space, sections, seed, deterministic)
     acting.set_weights({k: v.numpy() for k, v in ckpt["learner"]["model"].items()})
-    return Policy(acting, obs_space, action_space, ckpt["config"], int(ckpt["counters"]["env_steps"]),
+    return Policy(acting, obs_space, action_space, config, int(ckpt["counters"]["env_steps"]),
                   int(ckpt["learner"]["version"]))
 
 
 def evaluate(checkpoint: str | Path, episodes: int = 10, deterministic: bool = True,
-             seed: int = 1, video_dir: str | Path | None = None) -> dict:
+             seed: int = 1, video_dir: str | Path | None = None, trust_code: bool = False) -> dict:
     """Run ``episodes`` whole episodes of the checkpoint's env with its policy, as
     ``mode=eval`` does; returns ``return_mean``, ``return_std``, ``returns``, ``lengths``
-    and ``videos`` (MP4 paths, when ``video_dir`` is given)."""
+    and ``videos`` (MP4 paths, when ``video_dir`` is given). The code a checkpoint names is
+    refused unless ``trust_code=True``, as for ``load_policy``."""
     from walle_ray.runtime.evaluate import evaluate_checkpoint
 
     return evaluate_checkpoint(Path(checkpoint), episodes, seed, deterministic,
-                               Path(video_dir) if video_dir is not None else None)
+                               Path(video_dir) if video_dir is not None else None, trust_code)

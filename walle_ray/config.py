@@ -41,6 +41,10 @@ class RunConfig:
     checkpoint_every: int = 25  # iterations between checkpoints (one is always written at the end)
     resume: Optional[str] = None  # run directory to continue from its last checkpoint
     checkpoint: Optional[str] = None  # checkpoint file for mode=eval
+    # Import and call the code that a checkpoint's config or a resumed run's stored overrides
+    # name (CODE_KEYS, a module:EnvId id, config directories); false: only the code this
+    # command names itself (docs/faults.md, "Files from elsewhere")
+    trust_code: bool = False
     report_every_s: float = 5.0  # seconds between metrics records of asynchronous algorithms
     role_timeout_s: float = 600.0  # longest wait for any role's answer before the run stops
     max_restarts: int = 3  # learner/memory deaths survived by rebuilding from the last checkpoint
@@ -229,6 +233,11 @@ class Config:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     collect: CollectConfig = field(default_factory=CollectConfig)
     mode: str = "train"  # train | eval | collect
+
+
+# The keys whose values name code that building an env or a network imports and calls;
+# env.id does too when it is gymnasium's 'module:EnvId'.
+CODE_KEYS = ("env.imports", "env.entry_point", "env.wrappers", "model._target_")
 
 
 def env_name(env_id: str, entry_point: Optional[str] = None) -> str:

@@ -10,6 +10,7 @@ here, so that processes that never touch a dataset never load it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -65,17 +66,15 @@ class DatasetInfo:
 def dataset_info(path: str) -> DatasetInfo:
     """What the dataset at ``path`` says of itself; ConfigError when it cannot be read (a
     storage backend that is not installed, metadata without its spaces)."""
-    import json
-
     where = data_dir(path)
     try:
-        from minari.dataset.minari_storage import MinariStorage
-
-        storage = MinariStorage.read(where)  # imports the storage's backend (h5py, pyarrow)
+        storage = read_storage(where)  # imports the storage's backend (h5py, pyarrow)
         meta = json.loads((where / METADATA).read_text())
         env_id = json.loads(meta["env_spec"]).get("id") if meta.get("env_spec") else None
         return DatasetInfo(where, storage.observation_space, storage.action_space,
                            int(storage.total_episodes), int(storage.total_steps), env_id)
+    except ConfigError:
+        raise
     except ImportError as exc:
         raise ConfigError(f"dataset.path: reading {where} needs a package that is not "
                           f"installed ({first_line(exc)}); pip install 'minari[hdf5]' "
@@ -83,6 +82,33 @@ def dataset_info(path: str) -> DatasetInfo:
     except (KeyError, ValueError, TypeError, OSError) as exc:
         raise ConfigError(f"dataset.path: {where} is not a readable Minari dataset "
                           f"({type(exc).__name__}: {first_line(exc)})") from None
+
+
+def read_storage(where: Path):
+    """Minari's reader of the data directory ``where``, once its metadata holds both spaces
+    as data: without one, Minari makes the env its stored ``env_spec`` names to learn it,
+    which imports and runs whatever that spec's entry point is. A ConfigError names the
+    key that is missing or unreadable."""
+    from minari.dataset.minari_storage import MinariStorage
+    from minari.serialization import deserialize_space
+
+    try:
+        meta = json.loads((where / METADATA).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"dataset.path: {where / METADATA} cannot be read "
+                          f"({type(exc).__name__}: {first_line(exc)})") from None
+    for key in ("observation_space", "action_space"):
+        space = meta.get(key) if isinstance(meta, dict) else None
+        if not isinstance(space, str):
+            raise ConfigError(f"dataset.path: {where / METADATA} has no {key!r}; walle_ray reads "
+                              "a dataset whose metadata holds both spaces, and makes no env to "
+                              "learn them")
+        try:
+            deserialize_space(space)
+        except Exception as exc:  # any failure of Minari's parser: not a space it can read
+            raise ConfigError(f"dataset.path: {where / METADATA} holds a {key!r} that is not a "
+                              f"space ({type(exc).__name__}: {first_line(exc)})") from None
+    return MinariStorage.read(where)
 
 
 def first_line(exc: BaseException) -> str:
@@ -132,11 +158,9 @@ def read_episodes(paths: list[str], shard: int, shards: int) -> Iterator[dict]:
     i of their concatenation belongs to shard i mod ``shards``. Each is Minari's dict of
     arrays (``observations`` one longer than ``actions``, ``rewards``, ``terminations``,
     ``truncations``)."""
-    from minari.dataset.minari_storage import MinariStorage
-
     offset = 0
     for path in paths:
-        storage = MinariStorage.read(data_dir(path))
+        storage = read_storage(data_dir(path))
         total = storage.total_episodes
         mine = [i for i in range(total) if (offset + i) % shards == shard]
         for start in range(0, len(mine), 64):  # a few episodes per read

@@ -6,7 +6,10 @@
   file, so ``env=custom`` is chosen (its name comes from the id, and no other env's preset
   applies); ``env=cartpole env.id=...`` keeps CartPole's file and preset.
 - ``run.resume=<run dir>``: the run continues in that directory with the overrides it was
-  started with; overrides given now win over those.
+  started with; overrides given now win over those. A stored override that names code to
+  import (``config.CODE_KEYS``, a ``module:EnvId`` id, Hydra's own settings, a group file
+  outside the search path, a config directory not given now) is refused unless this
+  command gives ``run.trust_code=true``: the file may come from elsewhere.
 
 ``conf_dirs`` are the shipped config directory and the user's (``--config-dir``), in which
 topology options are looked up.
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from walle_ray.config import CONF_DIR, ConfigError
+from walle_ray.config import CODE_KEYS, CONF_DIR, ConfigError
 
 
 def _key(override: str) -> str:
@@ -74,11 +77,11 @@ def rewrite_args(args: list[str], conf_dirs: Path | list[Path]) -> list[str]:
         out.insert(first, "env=custom")
     resume = next((a.split("=", 1)[1] for a in out if _key(a) == "run.resume"), None)
     if resume:
-        out = _resume_args(Path(resume), out)
+        out = _resume_args(Path(resume), out, conf_dirs)
     return out
 
 
-def _resume_args(run_dir: Path, args: list[str]) -> list[str]:
+def _resume_args(run_dir: Path, args: list[str], conf_dirs: list[Path]) -> list[str]:
     # Written by a run that passed its checks (Hydra's own copy is rewritten by every
     # attempt, refused ones included); older runs have only Hydra's.
     stored = run_dir / "overrides.yaml"
@@ -86,13 +89,67 @@ def _resume_args(run_dir: Path, args: list[str]) -> list[str]:
         stored = run_dir / ".hydra" / "overrides.yaml"
     if not run_dir.is_dir():
         raise ConfigError(f"run.resume: {run_dir} is not a run directory")
-    previous = yaml.safe_load(stored.read_text()) if stored.is_file() else []
+    previous = (yaml.safe_load(stored.read_text()) if stored.is_file() else None) or []
+    if not isinstance(previous, list) or not all(isinstance(a, str) for a in previous):
+        raise ConfigError(f"run.resume: {stored} is not a list of overrides")
     given = {_key(a) for a in args}
-    kept = [a for a in previous or [] if _key(a) not in given and _key(a) not in
-            ("run.resume", "hydra.run.dir")]
-    if "hydra.run.dir" not in given:
-        args = [*args, f"hydra.run.dir={run_dir}"]
-    return [*kept, *args]
+    # Trust is this command's to give: a stored run.trust_code is never kept.
+    kept = [a for a in previous if _key(a) not in given and _key(a) not in
+            ("run.resume", "hydra.run.dir", "run.trust_code")]
+    if not any(_key(a) == "run.trust_code" and a.partition("=")[2].strip().lower() == "true"
+               for a in args):
+        for override in kept:
+            _check_stored(override, stored, conf_dirs)
+    # beside the other overrides: argparse takes them as one run of positionals, which a
+    # flag such as --config-dir may precede or follow
+    at = end = next(i for i, a in enumerate(args) if _key(a) == "run.resume")
+    while end + 1 < len(args) and not args[end + 1].startswith("-"):
+        end += 1
+    place = [] if "hydra.run.dir" in given else [f"hydra.run.dir={run_dir}"]
+    return [*args[:at], *kept, *args[at:end + 1], *place, *args[end + 1:]]
+
+
+def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
+    """Refuse, in one line naming it, the file and the opt-in, a stored override that names
+    code for this process to import or run: a key of ``CODE_KEYS`` or below one, a
+    ``module:EnvId`` or interpolated env id, a whole section or a group file given as a path,
+    Hydra's own settings and flags (its callbacks and launchers are code), or a config
+    directory (``hydra.searchpath``) that is not among ``conf_dirs``, whose files could name
+    any of these."""
+    key, _, value = override.partition("=")
+    name = key.lstrip("+~")
+    opt_in = f"resume with run.trust_code=true if you trust {stored.parent}"
+    if name == "hydra.searchpath":
+        own = [Path(d).resolve() for d in conf_dirs]
+        for folder in _searchpath(override):
+            if folder not in own:
+                raise ConfigError(
+                    f"run.resume: {stored} puts {str(folder)!r} on the config search path "
+                    f"(hydra.searchpath), whose files may name code to import; {opt_in}, or "
+                    f"give --config-dir {folder} again")
+        return
+    code = (not re.fullmatch(r"\w+(\.\w+)*", name)  # a flag, a Hydra group, a package
+            or name == "hydra" or name.startswith("hydra.")
+            or ("." not in name and not re.fullmatch(r"[\w.,\[\] -]*", value))
+            or any(name == k or name.startswith(k + ".") for k in CODE_KEYS)
+            or (name == "env.id" and (":" in value or "$" in value)))
+    if code:
+        raise ConfigError(f"run.resume: {stored} sets {override!r}, which names code to import; "
+                          f"{opt_in}, or give {name}=... on this command line")
+
+
+def _searchpath(override: str) -> list[Path | str]:
+    """The directories a stored ``hydra.searchpath`` names, as Hydra reads them; an entry
+    that is not a ``file://`` directory, as it is written."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        value = OverridesParser.create().parse_overrides([override])[0].value()
+    except Exception:  # Hydra's grammar errors: an entry nothing here can vouch for
+        return [override]
+    entries = value if isinstance(value, list) else [value]
+    return [Path(e[len("file://"):]).resolve() if isinstance(e, str) and e.startswith("file://")
+            else str(e) for e in entries]
 
 
 def announce_preset(preset: str | None, config_dirs: list[Path]) -> None:

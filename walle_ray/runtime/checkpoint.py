@@ -1,4 +1,10 @@
-"""Checkpoints: state dicts only, written atomically, read with ``weights_only=True``."""
+"""Checkpoints: state dicts only, written atomically, read with ``weights_only=True``.
+
+Reading one runs no code, but the run's config it holds names code (an env's entry point,
+modules to import, wrappers, a network's class): ``checked_config`` hands that config to
+what builds the env and the network only when the caller trusts the file or names the same
+code itself (docs/faults.md, "Files from elsewhere").
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 import walle_ray
 
@@ -53,6 +60,63 @@ def load_checkpoint(path: Path) -> dict:
         if key not in payload:
             raise CheckpointError(f"checkpoint {path} lacks {key!r}; it is incomplete")
     return payload
+
+
+def checked_config(ckpt: dict, path: Path, trust_code: bool, own=None) -> dict:
+    """The run's config a checkpoint holds, resolved, to build its env and network from.
+
+    A CheckpointError names the first piece of code it names (``named_code``) unless
+    ``trust_code``, or unless ``own``, the caller's own config, names the same code under
+    the same key.
+    """
+    path = latest_checkpoint(path) if Path(path).is_dir() else Path(path)
+    try:
+        config = OmegaConf.to_container(OmegaConf.create(ckpt["config"]), resolve=True)
+    except Exception as exc:  # a value OmegaConf cannot hold, an interpolation that fails
+        raise CheckpointError(f"checkpoint {path} holds a config that cannot be read "
+                              f"({type(exc).__name__}: {first_line(exc)})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint {path} holds a config that is not a mapping")
+    if trust_code:
+        return config
+    allowed = set(named_code(OmegaConf.to_container(own, resolve=True)
+                             if OmegaConf.is_config(own) else own or {}))
+    for key, value in named_code(config):
+        if (key, value) not in allowed:
+            raise CheckpointError(
+                f"{key}: checkpoint {path} names {value!r}, code that building its env or "
+                "network would import and run; load it only if you trust the file, with "
+                "trust_code=True (run.trust_code=true on the command line)")
+    return config
+
+
+def named_code(config: dict) -> list[tuple[str, str]]:
+    """(key, value) for each piece of code a run's config names for the process that builds
+    its env and network to import or call: each of ``env.imports``, ``env.entry_point``, each
+    of ``env.wrappers``' targets, a ``module:EnvId`` id and ``model._target_``. A registered
+    or built-in env id (``CartPole-v1``, ``ALE/Pong-v5``, ``walle/Faulty-v0``) names none."""
+    env, model = (_section(config, name) for name in ("env", "model"))
+    found = [("env.imports", str(module)) for module in _items(env.get("imports"))]
+    if env.get("entry_point"):
+        found.append(("env.entry_point", str(env["entry_point"])))
+    for i, item in enumerate(_items(env.get("wrappers"))):
+        target = item.get("_target_", item) if isinstance(item, dict) else item
+        found.append((f"env.wrappers[{i}]", str(target)))
+    if ":" in str(env.get("id") or ""):
+        found.append(("env.id", str(env["id"])))
+    if model.get("_target_"):
+        found.append(("model._target_", str(model["_target_"])))
+    return found
+
+
+def _section(config, name: str) -> dict:
+    section = config.get(name) if isinstance(config, dict) else None
+    return section if isinstance(section, dict) else {}
+
+
+def _items(value) -> list:
+    """A list as it is; any other value that is set, as a list of one."""
+    return value if isinstance(value, list) else [value] if value else []
 
 
 def latest_checkpoint(run_dir: Path) -> Path:

@@ -17,7 +17,7 @@ from walle_ray.algos import algorithm_of
 from walle_ray.config import ConfigError, EnvConfig, env_name
 from walle_ray.datasets import DatasetWriter
 from walle_ray.envs import is_atari, make_vector_env
-from walle_ray.runtime.checkpoint import load_checkpoint
+from walle_ray.runtime.checkpoint import checked_config, load_checkpoint
 from walle_ray.runtime.evaluate import run_dir_of, typed_sections
 
 
@@ -97,7 +97,7 @@ def _policy_and_env(cfg: DictConfig):
                           "collect.random=true for random actions")
     checkpoint = Path(cfg.run.checkpoint)
     ckpt = load_checkpoint(checkpoint)
-    trained = OmegaConf.create(ckpt["config"])
+    trained = OmegaConf.create(checked_config(ckpt, checkpoint, cfg.run.trust_code, own=cfg))
     algo = algorithm_of(OmegaConf.to_container(trained.algo))
     sections = typed_sections(trained, algo.config_cls)
     weights = {k: v.numpy() for k, v in ckpt["learner"]["model"].items()}

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from walle_ray.algos import algorithm_of
 from walle_ray.config import ConfigError, EnvConfig, ModelConfig
 from walle_ray.envs import is_atari, make_vector_env
-from walle_ray.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from walle_ray.runtime.checkpoint import checked_config, latest_checkpoint, load_checkpoint
 from walle_ray.runtime.video import AtariFrames, EpisodeVideos, GymFrames
 
 def typed_sections(trained: DictConfig, algo_cls: type) -> SimpleNamespace:
@@ -112,15 +112,19 @@ def evaluate(cfg: DictConfig) -> dict:
     if cfg.eval.video:
         video_dir = Path(cfg.eval.video_dir or run_dir_of(checkpoint) / "videos")
     return evaluate_checkpoint(checkpoint, cfg.eval.episodes, cfg.run.seed + 1,
-                               cfg.eval.deterministic, video_dir)
+                               cfg.eval.deterministic, video_dir, cfg.run.trust_code, own=cfg)
 
 
 def evaluate_checkpoint(checkpoint: Path, episodes: int, seed: int, deterministic: bool = True,
-                        video_dir: Path | None = None) -> dict:
+                        video_dir: Path | None = None, trust_code: bool = False,
+                        own: DictConfig | None = None) -> dict:
     """Run ``episodes`` episodes with a checkpoint's policy on the checkpoint's env, writing
-    one MP4 per episode into ``video_dir`` when given; prints and returns the results."""
+    one MP4 per episode into ``video_dir`` when given; prints and returns the results. The
+    code the checkpoint names is refused unless ``trust_code`` or the caller's config
+    ``own`` names the same (``checkpoint.checked_config``)."""
     ckpt = load_checkpoint(checkpoint)
-    evaluator = Evaluator(OmegaConf.create(ckpt["config"]), seed, deterministic, video_dir)
+    trained = OmegaConf.create(checked_config(ckpt, checkpoint, trust_code, own))
+    evaluator = Evaluator(trained, seed, deterministic, video_dir)
     try:
         weights = {k: v.numpy() for k, v in ckpt["learner"]["model"].items()}
         result = evaluator.run(weights, int(ckpt["learner"]["version"]), episodes)
