@@ -80,9 +80,9 @@ def test_a_dead_learner_or_memory_is_rebuilt_from_the_last_checkpoint(ray_sessio
     assert records[-1]["faults/role_restarts"] == 1
 
 
-def test_an_object_lost_with_a_node_is_not_a_broken_role():
-    """A sampler whose call failed because an object it read lived on a lost node is asked
-    again; an error of its own fails the run, a dead role it used rebuilds it."""
+def test_an_object_lost_with_a_node_rebuilds_the_roles():
+    """A role whose call failed because an object it read was lost with a process or node is
+    a RoleDied, which the driver answers by rebuilding; an error of its own fails the run."""
     import ray
 
     from walle_ray.runtime.fleet import RoleDied, lost_an_object, role_failed
@@ -91,4 +91,5 @@ def test_an_object_lost_with_a_node_is_not_a_broken_role():
     own = ray.exceptions.RayTaskError("run", "tb", ValueError("bad obs"))
     assert lost_an_object(lost) and lost_an_object(ray.exceptions.ObjectLostError("ab" * 20, "x", ""))
     assert not lost_an_object(own)
+    assert isinstance(role_failed("sampler-0", lost), RoleDied)
     assert not isinstance(role_failed("sampler-0", own), RoleDied)

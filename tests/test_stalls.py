@@ -18,6 +18,9 @@ def test_the_pulse_counts_own_work_and_not_waits_for_other_roles():
 
     pulse = Pulse()
     assert pulse.progress()["stuck_s"] == 0.0 and not pulse.progress()["started"]
+    with pulse.working(), pulse.waiting("memories"):  # a call that found nothing to learn from
+        pass
+    assert not pulse.progress()["started"]  # still starting: its first update is ahead
     with pulse.working():
         time.sleep(0.05)
         assert pulse.progress()["stuck_s"] >= 0.05  # no step of progress since the call began
@@ -29,6 +32,8 @@ def test_the_pulse_counts_own_work_and_not_waits_for_other_roles():
                 "stuck_s": 0.0, "started": False, "waiting_on": "a memory", "host": 0, "pid": 0}
         assert pulse.progress()["stuck_s"] < 0.05  # the wait ended: the clock starts again
     assert pulse.progress()["stuck_s"] == 0.0 and pulse.progress()["started"]  # idle
+    pulse.begin_again()  # envs made again
+    assert not pulse.progress()["started"]
 
 
 def test_the_stacks_name_the_line_a_thread_hangs_on():
@@ -102,3 +107,11 @@ def test_a_learner_whose_network_hangs_is_rebuilt_and_the_run_completes(tmp_path
     assert "nets.py" in stack.read_text()  # the user's forward that called it
     last = records(run_dir)[-1]
     assert last["faults/stalls"] == 1 and last["faults/role_restarts"] == 1
+
+
+def test_without_the_watch_samplers_step_on_their_main_thread(tmp_path, on_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli("algo=impala", "topology=2a1m1l", "env.entry_point=my_pkg.envs:MainThreadCorridor",
+                   "run.stall_s=null", "run.total_env_steps=4000", "run.stop_at_return=null",
+                   f"hydra.run.dir={run_dir}", env=on_path, timeout=240)
+    assert "stopped (budget)" in proc.stdout and "env failed" not in proc.stderr, proc.stderr[-2000:]

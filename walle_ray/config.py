@@ -50,10 +50,11 @@ class RunConfig:
     max_restarts: int = 3  # learner/memory deaths survived by rebuilding from the last checkpoint
     # A role whose own work (env steps, updates) makes no progress for this long is stalled:
     # named, its threads' stacks written to <run dir>/stalls/, restarted like a dead one
-    # (docs/faults.md, "Stalled roles"); null: never. A process's first call (envs made,
-    # the first update compiled) gets stall_start_s.
+    # (docs/faults.md, "Stalled roles"); null: never, and samplers step on their process's
+    # main thread. Until a process's first call has ended with progress (envs made, the first
+    # update compiled) it gets stall_start_s, as do memories and the parameter server.
     stall_s: Optional[float] = 120.0
-    stall_start_s: float = 600.0
+    stall_start_s: float = 300.0
     ray_address: Optional[str] = None  # Ray cluster to join; None: RAY_ADDRESS or a local instance
     ray_num_cpus: Optional[int] = None  # CPUs of a local Ray instance; None: all cores
     # Start samplers and learners with torch imported before they join Ray: their loops run
@@ -307,8 +308,10 @@ def validate(cfg: DictConfig) -> None:
     require(cfg.run.max_restarts >= 0, "run.max_restarts", "must be zero or positive")
     require(cfg.run.stall_s is None or cfg.run.stall_s > 0, "run.stall_s",
             "must be positive, or null to never look for stalled roles")
-    require(cfg.run.stall_s is None or cfg.run.stall_start_s >= cfg.run.stall_s,
-            "run.stall_start_s", "must be at least run.stall_s")
+    require(cfg.run.stall_s is None or cfg.run.stall_s <= cfg.run.stall_start_s
+            < cfg.run.role_timeout_s, "run.stall_start_s",
+            "must be at least run.stall_s and below run.role_timeout_s, which stops the run "
+            "when a role does not answer")
     require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
     require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")
     require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")

@@ -4,8 +4,10 @@ docs/faults.md, "Stalled roles").
 
 A process has one ``PULSE``. A role marks the calls that do its own work (``working``), the
 waits inside them for another role (``waiting``: a full memory, weights, a peer learner),
-and each step of progress (``beat``, or ``at`` set directly in a hot loop). Time spent
-waiting, or idle between calls, is never a stall: the role waited for is watched itself.
+and each step of progress (``beat``; a hot loop may set ``at`` itself, and beats once at
+its end). Time spent waiting, or idle between calls, is never a stall: the role waited for
+is watched itself. Until a call of own work has ended with progress the process is
+starting (envs made, the first update compiled), which has a longer limit.
 """
 
 from __future__ import annotations
@@ -23,21 +25,27 @@ from contextlib import contextmanager
 class Pulse:
     def __init__(self) -> None:
         self.at: float | None = None  # perf_counter of the last progress; None: idle or waiting
-        self.calls = 0  # calls of own work that ended: none yet means still starting
+        self.progressed = False  # a beat since the current call of own work began
+        self.started = False  # a call of own work has ended with progress
         self.waiting_on = ""
 
     def beat(self) -> None:
         self.at = time.perf_counter()
+        self.progressed = True
+
+    def begin_again(self) -> None:
+        """The process makes its envs or models again: starting, as after its launch."""
+        self.started = False
 
     @contextmanager
     def working(self):
         """A call that does this role's own work."""
-        self.at = time.perf_counter()
+        self.at, self.progressed = time.perf_counter(), False
         try:
             yield
         finally:
             self.at = None
-            self.calls += 1
+            self.started = self.started or self.progressed
 
     @contextmanager
     def waiting(self, on: str):
@@ -51,11 +59,11 @@ class Pulse:
 
     def progress(self) -> dict:
         """``stuck_s``: seconds its own work has gone without progress (0 when idle or
-        waiting); ``started``: whether a call of own work has ended since the process began;
-        where it runs (``host``, ``pid``)."""
+        waiting); ``started``: whether a call of own work has ended with progress (see the
+        module's docstring); where it runs (``host``, ``pid``)."""
         at = self.at
         return {"stuck_s": 0.0 if at is None else time.perf_counter() - at,
-                "started": self.calls > 0, "waiting_on": self.waiting_on,
+                "started": self.started, "waiting_on": self.waiting_on,
                 "host": socket.gethostname(), "pid": os.getpid()}
 
 

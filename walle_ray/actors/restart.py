@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import traceback
 
+from walle_ray.pulse import PULSE
+
 
 class SamplerFailed(RuntimeError):
     """A sampler's env failed several times in a row, even with fresh envs."""
@@ -56,6 +58,7 @@ class RestartingSampler:
             self.sampler.close()
         except Exception:  # a broken env may not close cleanly; its replacement matters
             pass
+        PULSE.begin_again()  # its envs are made again: the start-up limit applies
         self.sampler = self.cls(*self.args, **self.kwargs)
         self.restarts += 1
 

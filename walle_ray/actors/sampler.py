@@ -92,6 +92,7 @@ class Sampler:
             mark = pulse.at = clock()
             env_s += mark - acted
         self.obs, self.total_steps = obs, steps
+        pulse.beat()
         item, written = writer.finish(obs, self.version)
         stats = {"sampler": self.index, "env_steps": self.fragment_length * B,
                  "episode_returns": returns, "episode_lengths": lengths,

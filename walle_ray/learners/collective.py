@@ -8,6 +8,8 @@ from typing import Iterable
 
 import torch
 
+from walle_ray.pulse import PULSE
+
 
 class Collective:
     """A group of one: every reduction is the identity."""
@@ -63,7 +65,8 @@ class TorchCollective(Collective):
         NCCL returns once the reduction is queued, so on GPUs its wait shows where the
         result is next read instead (the statistics' copies back to the CPU)."""
         t0 = time.perf_counter()
-        self.dist.all_reduce(t, **kwargs)
+        with PULSE.waiting("the other learners"):
+            self.dist.all_reduce(t, **kwargs)
         self.wait_s += time.perf_counter() - t0
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
@@ -95,7 +98,8 @@ class TorchCollective(Collective):
     def broadcast_(self, tensors: Iterable[torch.Tensor]) -> None:
         for t in tensors:
             buf = t.to(self.device)
-            self.dist.broadcast(buf, src=0)
+            with PULSE.waiting("the other learners"):
+                self.dist.broadcast(buf, src=0)
             if buf is not t:
                 t.copy_(buf)
 

@@ -8,6 +8,7 @@ import sys
 import torch
 
 from walle_ray.learners.collective import Collective
+from walle_ray.pulse import PULSE
 
 
 class NonFiniteUpdate(RuntimeError):
@@ -43,6 +44,7 @@ class NonFiniteGuard:
     def step(self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor,
              collective: Collective, max_norm: float, terms: dict | None = None) -> float:
         """One optimizer step on ``loss``; returns the gradient norm (NaN when skipped)."""
+        PULSE.beat()  # a loss to step on is progress (docs/faults.md, "Stalled roles")
         optimizer.zero_grad(set_to_none=False)
         loss.backward()
         collective.all_reduce_grads(params)

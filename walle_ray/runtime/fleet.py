@@ -53,12 +53,14 @@ def role_failed(role: str, exc: BaseException) -> RoleFailed:
     if isinstance(cause, ray.exceptions.RayActorError):  # a role it was talking to died
         return RoleDied(f"{role} lost a role it was using: {type(cause).__name__}: "
                         f"{first_line(cause)}")
+    if lost_an_object(exc):  # what it read lived on a process or node that is gone
+        return RoleDied(f"{role} lost an object it was reading: {type(cause).__name__}")
     return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
 
 
 def lost_an_object(exc: BaseException) -> bool:
     """Whether an error raised inside a role is Ray's: an object it read was lost with the
-    node or process that held it (the role itself is sound and can be asked again)."""
+    node or process that held or owned it."""
     import ray
 
     cause = getattr(exc, "cause", None) or exc

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from walle_ray.config import ConfigError
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step, count_faults,
-                                     lost_an_object, new_faults, role_failed, timed_update)
+                                     new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.runtime.stalls import StallWatch
 from walle_ray.topology import (Packing, ResourcePlan, Topology, equal_share, offers,
@@ -136,7 +136,8 @@ class RayFleet:
         self.offline = algo.reads_dataset
         self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
         self.faults = new_faults()
-        self.watch = None  # set once every role is up
+        self.watch = None  # set once every role is up; it looks once the run has started
+        self.running = False
         self.learners = make_learners(cfg, algo, self.packing, obs_space, action_space, plan,
                                       timeout_s)
         self.ps = (remote.RemoteParameterServer.options(
@@ -225,7 +226,10 @@ class RayFleet:
                 for k, part in self.topo.routes(i, rows))
             slots.append(remote.SlotSpec(cls, args, kwargs, routes))
         source = self.weights_source()
-        return remote.RemoteSampler.options(
+        # Watched, a process answers on a thread of its own, and its calls run on one of
+        # Ray's pool threads; unwatched (run.stall_s=null), on its main thread.
+        cls = remote.RemoteSampler if self.cfg.run.stall_s else remote.RemoteMainThreadSampler
+        return cls.options(
             name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
             resources=role_resources(self.cfg, "sampler"), runtime_env=runtime_env,
             max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None)
@@ -243,15 +247,17 @@ class RayFleet:
         death becomes a RoleError that names it. Stalled roles are looked for meanwhile."""
         waiting = list(refs) if isinstance(refs, list) else [refs]
         deadline = time.monotonic() + self.timeout_s
-        while waiting:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
-                                  "(run.role_timeout_s)")
-            _, waiting = self.ray.wait(waiting, num_returns=len(waiting), timeout=min(left, 1.0))
-            if waiting:
-                self._look_for_stalls()
         try:
+            while waiting:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
+                                      "(run.role_timeout_s)")
+                ready, waiting = self.ray.wait(waiting, num_returns=len(waiting),
+                                               timeout=min(left, 1.0))
+                self.ray.get(ready)  # the first error, as soon as it is there
+                if waiting:
+                    self._look_for_stalls()
             return self.ray.get(refs)
         except self.ray.exceptions.RayActorError as exc:
             raise RoleDied(f"{role} died ({type(exc).__name__})") from None
@@ -280,6 +286,8 @@ class RayFleet:
         """The one path for a dead sampler process: count what its samplers lost, ask again
         once Ray has restarted it."""
         self.deaths[p] += 1
+        if self.watch is not None:
+            self.watch.forget(self.sampler_names[p])  # the process Ray starts again is new
         if self.deaths[p] > self.MAX_DEATHS:
             raise RoleFailed(f"{self.sampler_names[p].removeprefix('walle/')} keeps dying "
                              f"({first_line(exc)})")
@@ -292,7 +300,7 @@ class RayFleet:
         """A stalled sampler process is killed, for Ray to start again: its call in flight
         then fails as a death does. Any other stalled role is a RoleDied, for the driver to
         rebuild from the last checkpoint (``runtime/stalls.py``)."""
-        if self.watch is None:
+        if self.watch is None or not self.running:
             return
         restarting = {self.sampler_names[p] for p in self.restarting}
         for stall in self.watch.check(restarting):
@@ -333,9 +341,6 @@ class RayFleet:
                     self.restarting[index] = time.monotonic() + 0.2
                 continue
             except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
-                if kind == "sampler" and lost_an_object(exc):
-                    self._sampler_died(index, exc)  # what it read lived on a lost node: ask again
-                    continue
                 raise role_failed(f"{kind}-{index}", exc) from None
             except self.ray.exceptions.ObjectLostError as exc:  # its result lived on a lost node
                 if kind == "learner":
@@ -363,6 +368,7 @@ class RayFleet:
                                                "learner-0 (publishing weights)")
 
     def start(self) -> None:
+        self.running = True
         self.publish()
         if not self.sync:
             for i in range(len(self.samplers)):
@@ -488,6 +494,7 @@ class RayFleet:
         """Samplers first, then the rest. The calls still in flight are collected, so a
         sampler whose put met an already killed memory ends quietly rather than as an
         unhandled error printed after the run."""
+        self.running = False
         for group, kinds in ((self.samplers, ("sampler", "restarted")),
                              ([*self.memories, *self.learners, self.ps], None)):
             for handle in group:

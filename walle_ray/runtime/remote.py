@@ -426,8 +426,7 @@ class LearnerWorker(Watched, Placed):
                 served = self._next_batches()
             wait_s += time.perf_counter() - t0
             have = all(pair is not None for pair in served)
-            with PULSE.waiting("the other learners"):
-                everyone = self.learner.collective.all_reduce_min(torch.tensor([float(have)]))
+            everyone = self.learner.collective.all_reduce_min(torch.tensor([float(have)]))
             if not everyone.item():
                 for s, pair in enumerate(served):
                     if pair is not None:
@@ -435,7 +434,6 @@ class LearnerWorker(Watched, Placed):
                 break
             batches = [batch for _, batch in served]
             metrics = self.learner.update(batches, env_steps)
-            PULSE.beat()
             first_at = first_at or time.time()
             feedback = self.learner.memory_feedback()
             if feedback is not None:  # back to the memories that served the batches
@@ -519,7 +517,20 @@ class ParameterServerWorker(ParameterServer, Placed):
     """The parameter server's process (``walle/ps``)."""
 
 
+class MainThreadSamplerWorker(SamplerWorker):
+    """A sampler process whose calls run on its main thread, for envs that need it (signal
+    handlers, some renderers): no thread answers for it while a call runs, so it is not
+    watched for stalls (``run.stall_s=null``)."""
+
+    def progress(self) -> dict:
+        return PULSE.progress()
+
+    def stacks(self) -> str:
+        return thread_stacks()
+
+
 RemoteSampler = ray.remote(concurrency_groups={"watch": 1})(SamplerWorker)
+RemoteMainThreadSampler = ray.remote(MainThreadSamplerWorker)
 RemoteLearner = ray.remote(concurrency_groups={"weights": 1, "watch": 1})(LearnerWorker)
 # Defined from their own light modules, so memory and parameter-server processes import
 # neither torch nor the environments.

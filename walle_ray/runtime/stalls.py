@@ -60,9 +60,12 @@ class StallWatch:
         self.last: dict[str, dict] = {}  # process name -> its last answer
 
     def limit(self, name: str) -> tuple[float, str]:
+        """The limit for process ``name``, and the key that sets it: ``run.stall_start_s``
+        until its last answer said it has started (memories and the parameter server, with
+        no own work to time, never do)."""
         if self.started.get(name):
             return self.stall_s, "run.stall_s"
-        return self.start_s, "run.stall_start_s, until its first call ends"
+        return self.start_s, "run.stall_start_s"
 
     def check(self, skip: set[str] = frozenset()) -> list[Stall]:
         """The processes found stalled since the last look (at most every few seconds);
@@ -81,7 +84,7 @@ class StallWatch:
                 except self.ray.exceptions.RayError:  # dead or restarting: not a stall
                     continue
                 self.last[name] = answer
-                self.started[name] = self.started.get(name, False) or answer["started"]
+                self.started[name] = answer["started"]
                 if answer["stuck_s"] > self.limit(name)[0]:
                     stalls.append(Stall(name, answer["stuck_s"], True, answer["waiting_on"]))
         in_flight = {name: when for name, when in self.asked.values()}
@@ -98,6 +101,7 @@ class StallWatch:
         """``name`` is being restarted: its next process starts again."""
         self.asked = {ref: v for ref, v in self.asked.items() if v[0] != name}
         self.started.pop(name, None)
+        self.last.pop(name, None)
 
     def report(self, stall: Stall, handle) -> Path | None:
         """Name the stalled process on the console and write its threads' stacks; returns
@@ -106,7 +110,12 @@ class StallWatch:
         path = None
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            path = self.out_dir / f"{stall.role}-{time.strftime('%Y%m%d-%H%M%S')}.txt"
+            stem = f"{stall.role}-{time.strftime('%Y%m%d-%H%M%S')}"
+            path = self.out_dir / f"{stem}.txt"
+            for n in range(2, 1000):
+                if not path.exists():
+                    break
+                path = self.out_dir / f"{stem}-{n}.txt"
             path.write_text(f"{stall.role}: {stall.describe(self.limit(stall.name)[1])}\n"
                             f"stacks taken by {how}, innermost call last\n\n{stacks}\n")
         where = f"; its threads' stacks are in {path}" if path else ""

@@ -148,6 +148,7 @@ class ESSampler:
         stats = {"sampler": self.index, "env_steps": env_steps, "episode_returns": returns.tolist(),
                  "episode_lengths": lengths.tolist(), "policy_version": self.version,
                  "env_s": env_s, "act_s": act_s, "collect_s": time.perf_counter() - t0}
+        PULSE.beat()
         return evaluations, stats
 
     def close(self) -> None:

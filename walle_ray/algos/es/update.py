@@ -12,6 +12,7 @@ from walle_ray.algos.es.ops import es_gradient, noise_table
 from walle_ray.algos.es.sampler import Evaluations
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.update_rule import UpdateRule
+from walle_ray.pulse import PULSE
 
 
 class ESUpdate(UpdateRule):
@@ -41,6 +42,7 @@ class ESUpdate(UpdateRule):
             p.grad = grad[at: at + p.numel()].view_as(p).to(p.device).clone()
             at += p.numel()
         self.optimizer.step()
+        PULSE.beat()  # docs/faults.md, "Stalled roles"
         step = model.flat_params() - theta
         if model.obs_norm is not None:
             moments = torch.from_numpy(sum(b.obs_moments for b in batches))
