@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -76,6 +77,7 @@ def run_case(name: str, overrides: list[str], seconds: float, resumed_at: int | 
     from walle_ray.logging.metrics import read_metrics
 
     run_dir = ROOT / "runs" / f"gpu_{name}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run directory is never reused
     cmd = [sys.executable, "-m", "walle_ray", *overrides, f"run.max_wall_s={seconds}",
            f"hydra.run.dir={run_dir}", "logger.progress=line", "logger.print_every_s=15"]
     print("$", " ".join(cmd), flush=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -74,6 +75,7 @@ def as_typed(topology: str, seconds: float, env: dict) -> dict:
     from walle_ray.logging.metrics import read_metrics
 
     run_dir = ROOT / "runs" / f"bench_pong_throughput_{topology}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run directory is never reused
     cmd = [sys.executable, "-m", "walle_ray", "algo=impala", "env=pong", f"topology={topology}",
            f"run.max_wall_s={seconds}", "run.report_every_s=5", f"hydra.run.dir={run_dir}",
            "logger.progress=off"]

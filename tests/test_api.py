@@ -3,6 +3,7 @@ and the name and settings an env without a config file gets."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -61,6 +62,34 @@ def test_load_policy_acts_greedily_and_evaluate_runs_episodes(tmp_path):
         policy.act(obs[:, :3])
     report = walle_ray.evaluate(result.run_dir, episodes=2)
     assert report["episodes"] == 2 and len(report["returns"]) == 2 and report["return_mean"] > 0
+
+
+def test_evaluate_and_load_policy_refuse_bad_input_in_one_line(tmp_path):
+    from walle_ray.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+    result = walle_ray.train(topology="local", run_dir=tmp_path / "run", logger={"progress": "off"},
+                             run={"total_env_steps": 256},
+                             algo={"batch_size": 256, "minibatch_size": 64, "epochs": 1})
+    for episodes in (-1, 0, "3", 2.5, True):
+        with pytest.raises(walle_ray.ConfigError,
+                           match=rf"^episodes: got {re.escape(repr(episodes))}; use a positive"):
+            walle_ray.evaluate(result.run_dir, episodes=episodes)
+    assert walle_ray.evaluate(result.run_dir, episodes=np.int64(1))["episodes"] == 1
+
+    good = load_checkpoint(result.run_dir)
+    wider = {**good, "config": {**good["config"], "model": {**good["config"]["model"],
+                                                             "hidden": [32]}}}
+    no_steps = {**good, "counters": {}}
+    for name, ckpt, words in (("wider.pt", wider, "its weights do not fit the network its "
+                                                  "config describes (RuntimeError: "),
+                              ("no_steps.pt", no_steps, "its config, counters or learner state "
+                                                        "are incomplete (KeyError: ")):
+        path = save_checkpoint(tmp_path / name, {k: v for k, v in ckpt.items()
+                                                 if k not in ("format", "walle_ray_version")})
+        with pytest.raises(CheckpointError, match=rf"^checkpoint {path} is inconsistent: "
+                                                  rf"{re.escape(words)}") as err:
+            walle_ray.load_policy(path)
+        assert "\n" not in str(err.value)
 
 
 def test_bad_settings_from_python_raise_config_error_naming_the_key(tmp_path):

@@ -1,10 +1,16 @@
 """Checkpoints are atomic, and anything but a whole walle_ray checkpoint is refused clearly."""
 
+import os
+import stat
+import subprocess
+import sys
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
 from walle_ray.runtime import checkpoint as ckpt
+from walle_ray.runtime.files import temporary_path
 from walle_ray.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 PAYLOAD = {"learner": {"model": {"w": torch.arange(2000.0)}, "version": 3},
@@ -67,3 +73,38 @@ def test_crash_mid_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert load_checkpoint(path)["counters"] == {"env_steps": 10}
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_writers_temporary_file_is_removed_at_the_next_save(tmp_path):
+    """One left by ``kill -9`` mid-save can be hundreds of MB (a replay snapshot)."""
+    path = tmp_path / "checkpoints" / "last.pt"
+    path.parent.mkdir()
+    stale = temporary_path(path, dead_pid())
+    writing = temporary_path(path, os.getppid())  # its writer still runs
+    other = path.with_name(f".best.pt.tmp-{dead_pid()}")  # another file's
+    for p in (stale, writing, other):
+        p.write_bytes(b"x" * 1000)
+    save_checkpoint(path, PAYLOAD)
+    assert not stale.exists() and writing.exists() and other.exists()
+    assert load_checkpoint(path)["counters"] == {"env_steps": 10}
+
+
+def test_the_directory_is_fsynced_after_the_rename(tmp_path, monkeypatch):
+    """Without it a power cut can leave the rename undone, or the directory without the file."""
+    synced = []
+    fsync = os.fsync
+
+    def spy(fd):
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    save_checkpoint(tmp_path / "last.pt", PAYLOAD)
+    assert synced == ["file", "dir"]

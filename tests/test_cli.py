@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from conftest import ROOT, run_cli
 
@@ -76,6 +77,8 @@ def test_smoke_run_writes_metrics_and_checkpoint_and_resumes(tmp_path, topology)
     (["algo=impala", "algo.replay=[{type: queue, ratio: 0.5}, {type: uniform, ratio: 0.25}]"],
      "algo.replay: the ratios sum to 0.75; they must sum to 1"),
     (["logger=nosuch"], "Could not find 'logger/nosuch'"),
+    (["topology=local", "++env.kwargs={sutton_barto_reward: true, colour: red}"],
+     "env.kwargs: CartPole-v1 takes no argument 'colour'; remove env.kwargs.colour"),
 ])
 def test_bad_input_is_a_clear_error_not_a_traceback(args, message):
     proc = run_cli(*args, "hydra.run.dir=/tmp/walle_ray_bad_input", check=False, timeout=120)
@@ -143,3 +146,72 @@ def test_resuming_with_another_env_or_network_shape_is_refused(tmp_path):
         proc = run_cli(f"run.resume={run_dir}", *change, check=False, timeout=120)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def tree(folder):
+    """Every file under ``folder`` (``.hydra/`` too) and its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_two_seeds_started_at_once_under_one_name_get_directories_of_their_own(tmp_path):
+    """As two seeds started in the same second do with the default name."""
+    name = f"hydra.run.dir=${{walle_new_dir:{tmp_path}/same}}"
+    procs = [subprocess.Popen([sys.executable, "-m", "walle_ray", "topology=local",
+                               "run.total_env_steps=512", f"run.seed={seed}", name, *TINY],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for seed in (1, 2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    from walle_ray.runtime.checkpoint import load_checkpoint
+
+    dirs = sorted(tmp_path.iterdir())
+    assert [d.name for d in dirs] == ["same", "same-2"]
+    seeds = set()
+    for run_dir in dirs:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert load_checkpoint(run_dir)["config"]["run"]["seed"] == config["run"]["seed"]
+        assert [m["env_steps"] for m in metrics(run_dir)] == [256, 512]
+        seeds.add(config["run"]["seed"])
+    assert seeds == {1, 2}
+
+
+def test_a_run_directory_given_again_without_resume_is_refused_and_left_intact(tmp_path):
+    run_dir = tmp_path / "run"
+    run_cli("topology=local", "run.total_env_steps=512", f"hydra.run.dir={run_dir}", *TINY)
+    before = tree(run_dir)
+    proc = run_cli("topology=local", "run.total_env_steps=512", "run.seed=3",
+                   f"hydra.run.dir={run_dir}", *TINY, check=False, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert (f"walle_ray: error: run directory {run_dir} already holds a run (checkpoints, "
+            f"config.yaml, metrics.jsonl, overrides.yaml, ...); continue it with "
+            f"run.resume={run_dir}, or choose another directory") in proc.stderr
+    assert tree(run_dir) == before
+
+
+def test_resuming_after_a_kill_writes_each_iteration_once(tmp_path):
+    """A run killed after its checkpoint at iteration 4 had written iterations 5 and 6 and
+    half of 7; the files the resumed run rewrites are replaced whole."""
+    run_dir = tmp_path / "run"
+    run_cli("topology=local", "run.total_env_steps=1024", f"hydra.run.dir={run_dir}", *TINY)
+    first = metrics(run_dir)
+    assert [m["iteration"] for m in first] == [1, 2, 3, 4]
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        for it in (5, 6):
+            f.write(json.dumps({**first[-1], "iteration": it, "env_steps": 256 * it}) + "\n")
+        f.write('{"iteration": 7, "env_st')
+    held = {}
+    for name in ("config.yaml", "overrides.yaml", "report.json"):  # as a reader holds them
+        held[name] = tmp_path / f"held-{name}"
+        os.link(run_dir / name, held[name])
+    kept = {name: path.read_bytes() for name, path in held.items()}
+
+    out = run_cli(f"run.resume={run_dir}", "run.total_env_steps=1536").stdout
+    assert "resumed at 1024 env steps, iteration 4" in out
+    assert "metrics.jsonl: 3 line(s) after the checkpoint dropped" in out
+    records = metrics(run_dir)
+    assert [m["iteration"] for m in records] == [1, 2, 3, 4, 5, 6]
+    assert [m["env_steps"] for m in records] == [256, 512, 768, 1024, 1280, 1536]
+    assert {name: path.read_bytes() for name, path in held.items()} == kept
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["total_env_steps"] == 1536
+    assert json.loads((run_dir / "report.json").read_text())["run"]["segments"] == 2

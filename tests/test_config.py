@@ -48,11 +48,21 @@ def test_typos_and_wrong_types_name_the_key(override, key):
     ("topology.resources={learner: {trainer: 0}}", "topology.resources.learner.trainer"),
     ("topology.resources={learner: {GPU: 1}}", "topology.resources.learner.GPU"),
     ("topology.resources={learner: 1}", "topology.resources.learner"),
+    ("env.max_episode_steps=-1", "env.max_episode_steps"),
+    ("env.max_episode_steps=0", "env.max_episode_steps"),
 ])
 def test_out_of_range_values_name_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         validate(make_cfg(override))
     assert str(err.value).startswith(key)
+
+
+def test_a_minibatch_larger_than_the_batch_is_refused():
+    for algo in ("ppo", "ppo_kl"):
+        with pytest.raises(ConfigError, match=r"^algo\.minibatch_size: got 4096, more than "
+                                              r"algo\.batch_size=2048"):
+            validate(make_cfg(f"algo={algo}", "algo.batch_size=2048", "algo.minibatch_size=4096"))
+        validate(make_cfg(f"algo={algo}", "algo.batch_size=2048", "algo.minibatch_size=2048"))
 
 
 def test_any_topology_string_is_accepted_on_the_command_line():

@@ -302,6 +302,38 @@ def test_a_dataset_without_its_spaces_makes_no_env_and_is_refused_in_one_line(tm
         dataset_info(str(path))
 
 
+def _write_broken(path, obs_fill, reward_fill):
+    """Two CartPole-shaped episodes of 3 steps: the first's observations ``obs_fill``, the
+    second's last reward ``reward_fill``."""
+    writer = DatasetWriter(path, "walle_ray/test/broken-v0", CARTPOLE.observation_space,
+                           CARTPOLE.action_space, None, "test", "test")
+    writer.add(np.full((4, 4), obs_fill, np.float32), np.array([0, 1, 0]), np.ones(3), True)
+    writer.add(np.zeros((4, 4), np.float32), np.array([1, 0, 1]), np.array([1, 1, reward_fill]),
+               True)
+    writer.flush()
+    return path
+
+
+def test_a_dataset_with_nan_or_inf_is_refused_in_one_line(tmp_path):
+    """All-NaN observations made every loss NaN: each step skipped, and the run ended with
+    exit 0 and the policy it started with."""
+    spaces = (CARTPOLE.observation_space, CARTPOLE.action_space, "CartPole-v1", 1)
+    all_nan = _write_broken(tmp_path / "nan", np.nan, 1.0)
+    with pytest.raises(ConfigError, match=r"^dataset\.path: .*nan/data holds NaN or inf "
+                                          r"observations in episode 0; clean the dataset"):
+        check_datasets([str(all_nan)], *spaces)
+    with pytest.raises(ConfigError, match="holds NaN or inf observations in episode 0"):
+        DatasetMemory([str(all_nan)], 0, 1, batch_size=2, gamma=None, seed=0)
+    late_inf = _write_broken(tmp_path / "inf", 0.0, np.inf)  # its first episode is whole
+    check_datasets([str(late_inf)], *spaces)
+    with pytest.raises(ConfigError, match="holds NaN or inf rewards in episode 1"):
+        DatasetMemory([str(late_inf)], 0, 1, batch_size=2, gamma=0.9, seed=0)
+    proc = run_cli("algo=bc", "topology=0a1m1l", f"dataset.path={all_nan}",
+                   f"hydra.run.dir={tmp_path / 'run'}", check=False, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "walle_ray: error: dataset.path:" in proc.stderr and "NaN or inf" in proc.stderr
+
+
 def test_an_offline_run_resumes_where_it_stopped_and_evaluates_as_it_goes(tmp_path):
     data = _write(tmp_path / "d", [20, 30, 25], [True, False, True])
     run = tmp_path / "run"

@@ -15,6 +15,7 @@ Everything heavy is imported inside the functions, so ``import walle_ray`` stays
 
 from __future__ import annotations
 
+import numbers
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -107,7 +108,8 @@ def collect(overrides: Iterable[str] | None = None, *, config_dir: str | Path | 
 
 
 def _compose(overrides: list[str], config_dir, run_dir):
-    """The job config, its run directory and the overrides to store for ``run.resume``."""
+    """The job config, its run directory (``run_dir``, else for ``mode=train`` a new one named
+    by ``hydra.run.dir``) and the overrides to store for ``run.resume``."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
@@ -130,13 +132,14 @@ def _compose(overrides: list[str], config_dir, run_dir):
         except Exception as exc:  # Hydra's own errors name the override
             raise ConfigError("; ".join(line.strip() for line in str(exc).strip().splitlines()
                                         if line.strip())) from None
-    hydra_dir = Path(cfg.hydra.run.dir)
+    if run_dir is None and cfg.mode == "train":  # walle_new_dir creates it: only for a run
+        run_dir = cfg.hydra.run.dir
     announce_preset(cfg.hydra.runtime.choices.get("preset"),
                     [Path(s.path) for s in cfg.hydra.runtime.config_sources if s.schema == "file"])
     with open_dict(cfg):
         del cfg["hydra"]
     stored = [o for o in overrides if not o.startswith("hydra.run.dir=")]
-    return cfg, Path(run_dir) if run_dir is not None else hydra_dir, stored
+    return cfg, Path(run_dir) if run_dir is not None else None, stored
 
 
 class Policy:
@@ -198,7 +201,8 @@ class Policy:
 def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 0,
                 trust_code: bool = False) -> Policy:
     """The policy of a checkpoint file or run directory (its ``checkpoints/last.pt``), built
-    as the run's evaluation builds it.
+    as the run's evaluation builds it. A checkpoint whose parts do not fit together (weights
+    of another network, a config or counters missing) raises ``CheckpointError``.
 
     A checkpoint whose env or network is code (``env.imports``, an ``env.entry_point``, a
     ``module:EnvId`` id, ``env.wrappers``, ``model._target_``) is refused with a
@@ -207,29 +211,49 @@ def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 
     elsewhere")."""
     from walle_ray.algos import algorithm_of
     from walle_ray.envs import env_spaces
-    from walle_ray.runtime.checkpoint import checked_config, load_checkpoint
+    from walle_ray.runtime.checkpoint import (CheckpointError, checked_config, first_line,
+                                              load_checkpoint)
     from walle_ray.runtime.evaluate import typed_sections
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
-    ckpt = load_checkpoint(Path(checkpoint))
-    config = checked_config(ckpt, Path(checkpoint), trust_code)
-    trained = OmegaConf.create(config)
-    algo = algorithm_of(OmegaConf.to_container(trained.algo))
-    sections = typed_sections(trained, algo.config_cls)
+    path = Path(checkpoint)
+    ckpt = load_checkpoint(path)
+    config = checked_config(ckpt, path, trust_code)
+
+    def inconsistent(what: str, exc: BaseException) -> CheckpointError:
+        return CheckpointError(f"checkpoint {path} is inconsistent: {what} "
+                               f"({type(exc).__name__}: {first_line(exc)})")
+
+    try:
+        trained = OmegaConf.create(config)
+        algo = algorithm_of(OmegaConf.to_container(trained.algo))
+        sections = typed_sections(trained, algo.config_cls)
+        weights = {k: v.numpy() for k, v in ckpt["learner"]["model"].items()}
+        env_steps, version = int(ckpt["counters"]["env_steps"]), int(ckpt["learner"]["version"])
+    except (KeyError, TypeError, ValueError, AttributeError, OmegaConfBaseException) as exc:
+        raise inconsistent("its config, counters or learner state are incomplete", exc) from None
     obs_space, action_space = env_spaces(sections.env)
     acting = algo.eval_policy(obs_space, action_space, sections, seed, deterministic)
-    acting.set_weights({k: v.numpy() for k, v in ckpt["learner"]["model"].items()})
-    return Policy(acting, obs_space, action_space, config, int(ckpt["counters"]["env_steps"]),
-                  int(ckpt["learner"]["version"]))
+    try:
+        acting.set_weights(weights)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise inconsistent("its weights do not fit the network its config describes", exc) from None
+    return Policy(acting, obs_space, action_space, config, env_steps, version)
 
 
 def evaluate(checkpoint: str | Path, episodes: int = 10, deterministic: bool = True,
              seed: int = 1, video_dir: str | Path | None = None, trust_code: bool = False) -> dict:
     """Run ``episodes`` whole episodes of the checkpoint's env with its policy, as
     ``mode=eval`` does; returns ``return_mean``, ``return_std``, ``returns``, ``lengths``
-    and ``videos`` (MP4 paths, when ``video_dir`` is given). The code a checkpoint names is
-    refused unless ``trust_code=True``, as for ``load_policy``."""
+    and ``videos`` (MP4 paths, when ``video_dir`` is given). ``episodes`` must be a
+    positive whole number (``ConfigError``). The code a checkpoint names is refused unless
+    ``trust_code=True``, as for ``load_policy``."""
+    from walle_ray.config import ConfigError
     from walle_ray.runtime.evaluate import evaluate_checkpoint
 
-    return evaluate_checkpoint(Path(checkpoint), episodes, seed, deterministic,
+    if not isinstance(episodes, numbers.Integral) or isinstance(episodes, bool) or episodes < 1:
+        raise ConfigError(f"episodes: got {episodes!r}; use a positive whole number, e.g. "
+                          "episodes=10")
+    return evaluate_checkpoint(Path(checkpoint), int(episodes), seed, deterministic,
                                Path(video_dir) if video_dir is not None else None, trust_code)

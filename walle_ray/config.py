@@ -257,6 +257,17 @@ OmegaConf.register_new_resolver("walle_env_name", lambda env_id, entry_point=Non
                                 env_name(env_id, entry_point), replace=True)
 
 
+def _new_dir(base: str) -> str:
+    from walle_ray.runtime.run_dir import new_dir
+
+    return new_dir(base)
+
+
+# conf/config.yaml's run and sweep directories: each run (or sweep) creates one of its own.
+# Cached, so that Hydra, which reads the name more than once, gets the one created.
+OmegaConf.register_new_resolver("walle_new_dir", _new_dir, use_cache=True, replace=True)
+
+
 def register_schema() -> None:
     """Register the root schema with Hydra (``algos.register_configs`` adds each
     algorithm's)."""
@@ -314,6 +325,9 @@ def validate(cfg: DictConfig) -> None:
             "when a role does not answer")
     require(cfg.run.checkpoint_every > 0, "run.checkpoint_every", "must be positive")
     require(cfg.env.envs_per_sampler > 0, "env.envs_per_sampler", "must be positive")
+    require(cfg.env.max_episode_steps is None or cfg.env.max_episode_steps > 0,
+            "env.max_episode_steps", f"got {cfg.env.max_episode_steps}; use a positive number "
+            "of steps, or null to keep the env's own time limit")
     require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")
     require(cfg.env.frame_stack > 0, "env.frame_stack", "must be positive")
     require(cfg.env.frame_skip > 0, "env.frame_skip", "must be positive")

@@ -131,7 +131,8 @@ def same_space(a: gym.Space, b: gym.Space) -> bool:
 def check_datasets(paths: list[str], obs_space: gym.Space, action_space: gym.Space,
                    env_id: str, memories: int) -> list[DatasetInfo]:
     """The datasets ``dataset.path`` names, each checked against the env a run acts in and
-    evaluates on, and together against the memories that shard their episodes."""
+    evaluates on (and its first episode for NaN or inf), and together against the memories
+    that shard their episodes."""
     infos = [dataset_info(p) for p in paths]
     for info in infos:
         for what, theirs, ours in (("observations", info.observation_space, obs_space),
@@ -145,6 +146,12 @@ def check_datasets(paths: list[str], obs_space: gym.Space, action_space: gym.Spa
                 raise ConfigError(f"dataset.path: {info.path} holds {what} in {theirs}, but "
                                   f"{env_id} has {ours}{source}; choose the env it was recorded "
                                   "on (env=...), or record a dataset on this one with mode=collect")
+    from minari.dataset.minari_storage import MinariStorage
+
+    for info in infos:  # a whole broken dataset shows in its first episode; memories read all
+        if info.episodes:
+            first = next(iter(MinariStorage.read(info.path).get_episodes([0])))
+            check_finite(first, [str(info.path)])
     episodes = sum(info.episodes for info in infos)
     if episodes < memories:
         raise ConfigError(f"dataset.path: {episodes} episodes cannot be shared among {memories} "
@@ -166,6 +173,22 @@ def read_episodes(paths: list[str], shard: int, shards: int) -> Iterator[dict]:
         for start in range(0, len(mine), 64):  # a few episodes per read
             yield from storage.get_episodes(mine[start:start + 64])
         offset += total
+
+
+# What the offline algorithms learn from: NaN or inf in any of it is refused (check_finite).
+LEARNED = ("observations", "actions", "rewards")
+
+
+def check_finite(episode: dict, paths: list[str]) -> None:
+    """Refuse an episode with NaN or inf in what is learned from (``LEARNED``): every loss
+    on it is NaN, each such step is skipped, and the run would end with the policy it
+    started with."""
+    for key in LEARNED:
+        values = np.asarray(episode[key])
+        if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+            where = f"episode {episode['id']}" if "id" in episode else "an episode"
+            raise ConfigError(f"dataset.path: {', '.join(paths)} holds NaN or inf {key} in "
+                              f"{where}; clean the dataset or record it again with mode=collect")
 
 
 class DatasetWriter:

@@ -1,6 +1,7 @@
 """The memory role of the offline algorithms (``algo=bc``, ``algo=marwil``): a shard of a
 recorded dataset's episodes, served as learner batches. There are no samplers to write to
-it; it reads its episodes once, when it is made."""
+it; it reads its episodes once, when it is made, and refuses NaN or inf in what it learns
+from."""
 
 from __future__ import annotations
 
@@ -43,13 +44,14 @@ class DatasetMemory:
 
     def __init__(self, paths: list[str], shard: int, shards: int, batch_size: int,
                  gamma: float | None, seed: int):
-        from walle_ray.datasets import dataset_info, read_episodes
+        from walle_ray.datasets import check_finite, dataset_info, read_episodes
 
         obs, actions, ret, tail, episode, finals = [], [], [], [], [], []
         for e, ep in enumerate(read_episodes(paths, shard, shards)):
             steps = len(ep["rewards"])
             if steps == 0:
                 continue
+            check_finite(ep, paths)
             obs.append(np.asarray(ep["observations"][:steps]))
             actions.append(np.asarray(ep["actions"]))
             if gamma is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 import gymnasium as gym
 
@@ -63,7 +64,22 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None) -> VectorEnv:
                         max_episode_steps=cfg.max_episode_steps, threads=cfg.env_threads)
     from walle_ray.envs.gym_vector import GymVectorEnv
 
-    return GymVectorEnv(env_id, num_envs, cfg.max_episode_steps, dict(cfg.kwargs or {}), wrappers)
+    kwargs = dict(cfg.kwargs or {})
+    try:
+        return GymVectorEnv(env_id, num_envs, cfg.max_episode_steps, kwargs, wrappers)
+    except TypeError as exc:
+        bad = unexpected_kwarg(exc, kwargs)
+        if bad is None:
+            raise
+        raise ConfigError(f"env.kwargs: {env_id} takes no argument {bad!r}; remove env.kwargs."
+                          f"{bad} or correct its name") from None
+
+
+def unexpected_kwarg(exc: TypeError, kwargs: dict) -> str | None:
+    """The key of ``kwargs`` that ``exc`` says a call did not take, or None when ``exc`` is
+    about something else (a fault inside the env's own code)."""
+    match = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+    return match.group(1) if match and match.group(1) in kwargs else None
 
 
 def env_spaces(cfg: EnvConfig) -> tuple[gym.Space, gym.Space]:

@@ -9,6 +9,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+from walle_ray.runtime.files import write_atomic
+
 
 class ReturnWindow:
     """Mean of the last ``size`` episode returns (NaN before the first episode)."""
@@ -37,12 +39,14 @@ class ReturnWindow:
 class MetricsFile:
     """One JSON object per line, flushed every line so a crash loses nothing.
 
-    A new run starts the file afresh; a resumed run appends to it.
+    A new run creates the file, and fails (FileExistsError) where it exists: the first
+    run to create it owns its directory. A resumed run appends to it, after
+    ``keep_records_until`` has cut it back to the checkpoint.
     """
 
     def __init__(self, path: Path, append: bool = False):
         self.path = Path(path)
-        self.file = open(self.path, "a" if append else "w", buffering=1)
+        self.file = open(self.path, "a" if append else "x", buffering=1)
 
     def write(self, record: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -105,6 +109,35 @@ class Sinks:
                 errors.append(f"{owner}: {exc}")
         for error in errors:
             print(f"walle_ray: warning: closing {error}", file=sys.stderr, flush=True)
+
+
+def keep_records_until(path: Path, iteration: int) -> int:
+    """Cut a metrics.jsonl back to its records up to ``iteration`` (a checkpoint's counter),
+    dropping those after it and any torn line, as a new file renamed over the old one (a
+    missing file stays missing). Returns the number of lines dropped.
+
+    A run killed after its last checkpoint wrote records the resumed run writes again; a
+    line torn by the kill would swallow the first record appended to it."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    dropped = 0
+
+    def write(out) -> None:
+        nonlocal dropped
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a torn line: not JSON, or not UTF-8
+                    record = None
+                if not isinstance(record, dict) or record.get("iteration", 0) > iteration:
+                    dropped += 1
+                    continue
+                out.write(line if line.endswith(b"\n") else line + b"\n")
+
+    write_atomic(path, write)
+    return dropped
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -10,6 +10,8 @@
   import (``config.CODE_KEYS``, a ``module:EnvId`` id, Hydra's own settings, a group file
   outside the search path, a config directory not given now) is refused unless this
   command gives ``run.trust_code=true``: the file may come from elsewhere.
+- ``hydra.run.dir=<dir>`` that holds another run is refused before Hydra writes its
+  ``.hydra/`` there (``check_named_run_dir``).
 
 ``conf_dirs`` are the shipped config directory and the user's (``--config-dir``), in which
 topology options are looked up.
@@ -24,6 +26,11 @@ from pathlib import Path
 import yaml
 
 from walle_ray.config import CODE_KEYS, CONF_DIR, ConfigError
+from walle_ray.runtime.run_dir import check_run_dir
+
+# Hydra's flags that print, complete or sweep instead of running one job in hydra.run.dir
+_NO_RUN_FLAGS = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--multirun",
+                 "-m", "--shell-completion", "-sc"}
 
 
 def _key(override: str) -> str:
@@ -150,6 +157,18 @@ def _searchpath(override: str) -> list[Path | str]:
     entries = value if isinstance(value, list) else [value]
     return [Path(e[len("file://"):]).resolve() if isinstance(e, str) and e.startswith("file://")
             else str(e) for e in entries]
+
+
+def check_named_run_dir(args: list[str]) -> None:
+    """Refuse a ``hydra.run.dir=`` that holds a run, for a training run that does not resume
+    it, before Hydra writes its ``.hydra/`` there; ``args`` are ``rewrite_args``' output. The
+    run checks again (``runtime/train.py``), for the Python API and for two runs that start
+    in one directory at once."""
+    if _NO_RUN_FLAGS & {a.split("=", 1)[0] for a in args}:
+        return
+    values = {_key(a): a.split("=", 1)[1] for a in args if "=" in a and not a.startswith("-")}
+    if "hydra.run.dir" in values and values.get("mode", "train") == "train":
+        check_run_dir(Path(values["hydra.run.dir"]), values.get("run.resume"))
 
 
 def announce_preset(preset: str | None, config_dirs: list[Path]) -> None:

@@ -8,7 +8,6 @@ code itself (docs/faults.md, "Files from elsewhere").
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 import walle_ray
+from walle_ray.runtime.files import write_atomic
 
 FORMAT = "walle_ray.checkpoint/1"
 
@@ -25,20 +25,10 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(path: Path, payload: dict) -> Path:
-    """Write to a temporary file, fsync, then rename: a crash mid-write keeps the old file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Write to a temporary file, fsync, rename, fsync the directory: a crash mid-write keeps
+    the old file (``runtime/files.py``, which also removes a dead writer's temporary file)."""
     payload = {"format": FORMAT, "walle_ray_version": walle_ray.__version__, **payload}
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_atomic(Path(path), lambda f: torch.save(payload, f))
 
 
 def load_checkpoint(path: Path) -> dict:

@@ -19,7 +19,9 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
     """Join ``address`` (or RAY_ADDRESS, or the job's cluster) if given, else start locally.
 
     A local instance binds its dashboard to 127.0.0.1; set RAY_DASHBOARD_HOST (e.g. 0.0.0.0)
-    to reach it from other machines.
+    to reach it from other machines. Its node address is the loopback one
+    (``loopback_node``), so that its other servers, the Prometheus endpoints that answer
+    without Ray's token among them, are not reachable from other machines either.
     """
     import ray
 
@@ -35,9 +37,9 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
             missing = dashboard_missing()
             if missing:
                 print(f"walle_ray: no Ray dashboard: {missing}", flush=True)
-            with own_session():
+            with own_session(), loopback_node():
                 context = ray.init(num_cpus=num_cpus, include_dashboard=not missing,
-                                   dashboard_host=host, **kwargs)
+                                   dashboard_host=host, _node_ip_address="127.0.0.1", **kwargs)
     if context.dashboard_url:
         print("\n".join(dashboard_lines(context.dashboard_url, auth_mode())), flush=True)
 
@@ -81,6 +83,30 @@ def own_session() -> Iterator[None]:
         yield
     finally:
         services.ConsolePopen = base
+
+
+@contextlib.contextmanager
+def loopback_node() -> Iterator[None]:
+    """Let ``ray.init(_node_ip_address="127.0.0.1")`` keep the loopback address it is given.
+
+    On Linux Ray replaces a loopback node address with the machine's outward one, and its
+    servers listen there or on every interface; the dashboard's and the metrics agent's
+    Prometheus endpoints then answer anyone without the token. Where clusters are off (its
+    default on macOS and Windows) Ray keeps the loopback address, and every server of the
+    instance binds to it. They are off here only while ``ray.init`` starts this process's own
+    instance; a driver joining a cluster later finds its own address again.
+    """
+    from ray._private import ray_constants
+
+    base = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    if base is None:  # a Ray without the switch: it keeps the address as it sees fit
+        yield
+        return
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = base
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from walle_ray.runtime.files import write_text_atomic
 from walle_ray.report import (REPORT_FILE, build_report, learner_totals, memory_totals, merge,
                               new_totals, sampler_totals)
 
@@ -159,7 +160,7 @@ class RunTimes:
         try:
             report = build_report(self.run_totals(), self.meta, counters, self.silent())
             path = Path(run_dir) / REPORT_FILE
-            path.write_text(json.dumps(report, indent=1) + "\n")
+            write_text_atomic(path, json.dumps(report, indent=1) + "\n")
         except Exception as exc:  # the report describes the run; it must not fail it
             print(f"walle_ray: no bottleneck report ({type(exc).__name__}: {exc})",
                   file=sys.stderr, flush=True)

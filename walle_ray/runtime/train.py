@@ -18,17 +18,20 @@ from walle_ray.algos.spec import Algorithm
 from walle_ray.config import ConfigError, to_container
 from walle_ray.datasets import check_datasets, dataset_paths
 from walle_ray.envs import env_spaces
-from walle_ray.logging.metrics import MetricsFile, Progress, ReturnWindow, Sinks
+from walle_ray.logging.metrics import (MetricsFile, Progress, ReturnWindow, Sinks,
+                                       keep_records_until)
 from walle_ray.models.precision import describe as describe_bf16
 from walle_ray.models.user import check_user_model
 from walle_ray.runtime.times import RunTimes
 from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
                                           load_checkpoint, save_checkpoint, tensors_to_arrays)
+from walle_ray.runtime.files import write_text_atomic
 from walle_ray.runtime.fleet import RoleDied, RoleError
 from walle_ray.runtime.footprint import Footprint
 from walle_ray.runtime.loop import Periodic, run_loop
 from walle_ray.report import run_cost
 from walle_ray.runtime.milestones import Milestones, milestone_targets
+from walle_ray.runtime.run_dir import check_run_dir, taken
 from walle_ray.runtime.signals import StopSignals
 from walle_ray.topology import (check_samplers, fit_to_nodes, parse_topology, plan_packing,
                                 plan_resources)
@@ -139,8 +142,14 @@ def milestone_summary(counters: dict) -> dict:
 def make_sinks(cfg: DictConfig, run_dir: Path, resumed: bool, on_ray: bool) -> Sinks:
     """metrics.jsonl always; W&B with logger=wandb; TensorBoard with logger.tensorboard; Ray
     gauges when running on Ray. Where W&B or TensorBoard take media, the end of a synchronous
-    run adds its timing figure (``<run dir>/timing.png``)."""
-    sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
+    run adds its timing figure (``<run dir>/timing.png``).
+
+    A new run creates metrics.jsonl: where another run created it first, in the same
+    directory since ``check_run_dir`` looked, it is refused."""
+    try:
+        sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
+    except FileExistsError:
+        raise ConfigError(taken(run_dir, ["metrics.jsonl"])) from None
     try:
         if cfg.logger.name == "wandb":
             from walle_ray.logging.wandb_sink import WandbSink
@@ -242,6 +251,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
         # directories as found here, absolute.
         cfg.dataset.path = [str(d.path) for d in datasets]
     run_dir = Path(run_dir)
+    check_run_dir(run_dir, cfg.run.resume)  # never another run's files
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = None
     if cfg.run.resume:
@@ -270,6 +280,10 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             restore_memories(cfg, fleet, ckpt)
             print(f"walle_ray: resumed at {counters['env_steps']} env steps, "
                   f"iteration {counters['iterations']}", flush=True)
+            dropped = keep_records_until(run_dir / "metrics.jsonl", counters["iterations"])
+            if dropped:
+                print(f"walle_ray: metrics.jsonl: {dropped} line(s) after the checkpoint dropped; "
+                      "the resumed run writes those iterations again", flush=True)
         metrics = make_sinks(cfg, run_dir, resumed=ckpt is not None, on_ray=not topo.local)
         # A run with no samplers sees episodes only in evaluation: the window holds one's.
         window = ReturnWindow(cfg.eval.episodes if offline else cfg.run.return_window,
@@ -281,9 +295,10 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     except BaseException:
         fleet.shutdown()
         raise
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # once the run has passed its checks
+    # once the run has passed its checks
+    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if overrides is not None:
-        (run_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
+        write_text_atomic(run_dir / "overrides.yaml", yaml.safe_dump(list(overrides)))
     progress = Progress(label, cfg.run.total_env_steps, cfg.logger.progress, cfg.logger.print_every_s)
     state = {"counters": counters, "last_saved_iteration": counters["iterations"], "record": {}}
 

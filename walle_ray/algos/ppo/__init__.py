@@ -47,6 +47,9 @@ def validate(cfg: DictConfig) -> None:
         (a.lr_schedule in ("constant", "linear"), "lr_schedule", f"got {a.lr_schedule!r}; use constant or linear"),
         (a.batch_size > 0, "batch_size", "must be positive"),
         (a.minibatch_size > 0, "minibatch_size", "must be positive"),
+        (a.minibatch_size <= a.batch_size, "minibatch_size",
+         f"got {a.minibatch_size}, more than algo.batch_size={a.batch_size}; a gradient step "
+         "takes its rows from one batch: use at most the batch size"),
         (a.epochs > 0, "epochs", "must be positive"),
         (a.lr > 0, "lr", "must be positive"),
         (0 < a.gamma <= 1, "gamma", "must be in (0, 1]"),
