@@ -41,8 +41,8 @@ def error_line(proc) -> str:
 @pytest.fixture(scope="module")
 def corridor_run(tmp_path_factory):
     """A tiny run on the marked env, and its marker, removed once the run has made it."""
-    run_dir = tmp_path_factory.mktemp("corridor")
-    marker = run_dir / "made"
+    base = tmp_path_factory.mktemp("corridor")
+    run_dir, marker = base / "run", base / "made"
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(FIXTURES)
         train(make_cfg("env=custom", *marked_env(marker), *TINY), run_dir)
