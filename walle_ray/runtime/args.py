@@ -7,6 +7,9 @@
   applies); ``env=cartpole env.id=...`` keeps CartPole's file and preset.
 - ``run.resume=<run dir>``: the run continues in that directory with the overrides it was
   started with; overrides given now win over those.
+- ``algo.capacity=1e6``: a value in scientific notation that is a whole number is passed
+  as that integer (``1000000``), so integer settings take it; Hydra would read a float,
+  which they refuse.
 
 ``conf_dirs`` are the shipped config directory and the user's (``--config-dir``), in which
 topology options are looked up.
@@ -15,12 +18,25 @@ topology options are looked up.
 from __future__ import annotations
 
 import re
-
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
 
 from walle_ray.config import CONF_DIR, ConfigError
+
+
+# A whole number in scientific notation: digits, an optional fraction, a positive exponent.
+_SCIENTIFIC = re.compile(r"[+-]?\d+(\.\d*)?[eE]\+?\d+")
+
+
+def whole_number(value: str) -> str:
+    """``value`` as an integer literal when it is a whole number in scientific notation
+    (``1e10``, ``2.5e5``), else unchanged."""
+    if not _SCIENTIFIC.fullmatch(value):
+        return value
+    number = Decimal(value)
+    return str(int(number)) if number == number.to_integral_value() else value
 
 
 def _key(override: str) -> str:
@@ -62,6 +78,9 @@ def rewrite_args(args: list[str], conf_dirs: Path | list[Path]) -> list[str]:
         # in YAML's flow style a line break is a space. Other values keep theirs.
         if "=" in arg and arg.split("=", 1)[1].lstrip().startswith(("[", "{")):
             arg = re.sub(r"\s*\n\s*", " ", arg)
+        if "=" in arg and not arg.startswith("-"):
+            key, value = arg.split("=", 1)
+            arg = f"{key}={whole_number(value)}"
         if arg.startswith("topology="):
             values = arg.split("=", 1)[1].split(",")
             if not all(v in known for v in values):
