@@ -72,6 +72,18 @@ def test_any_topology_string_is_accepted_on_the_command_line():
     assert make_cfg(*args).topology.spec == "12a3m2l"
 
 
+def test_a_whole_number_in_scientific_notation_is_an_integer_on_the_command_line():
+    args = rewrite_args(["algo=dqn", "algo.capacity=1e6", "run.total_env_steps=2.5e5",
+                         "algo.lr=1e-4", "algo.gamma=9.9e-1", "algo.priority_alpha=1.25e1"],
+                        CONF_DIR)
+    assert args == ["algo=dqn", "algo.capacity=1000000", "run.total_env_steps=250000",
+                    "algo.lr=1e-4", "algo.gamma=9.9e-1", "algo.priority_alpha=1.25e1"]
+    cfg = make_cfg(*args)
+    assert cfg.algo.capacity == 1_000_000 and cfg.run.total_env_steps == 250_000
+    assert cfg.algo.lr == 1e-4 and cfg.algo.priority_alpha == 12.5
+    assert make_cfg("algo=dqn", *rewrite_args(["algo.lr=1e3"], CONF_DIR)).algo.lr == 1000.0
+
+
 def test_resume_reuses_the_runs_overrides(tmp_path):
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text(

@@ -85,6 +85,25 @@ class Rollout:
 ROW_FIELDS = frozenset({"last_obs", "last_v", "version_b", "replayed_b", "state_b"})
 
 
+def rollout_row_bytes(steps: int, obs: tuple[tuple, np.dtype], action: tuple[tuple, np.dtype],
+                      dist_dim: int, state_dim: int = 0, feature_dim: int = 0) -> int:
+    """Bytes of the arrays of one row (an env column) of a ``Rollout`` of ``steps`` steps,
+    given one observation's and one action's (shape, dtype) and the widths of ``dist_t``,
+    ``state_b`` and ``feature_t``; the final observations of truncated steps (a few per
+    episode) are left out."""
+    def size(shape_dtype) -> int:
+        shape, dtype = shape_dtype
+        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+    floats = np.dtype(np.float32).itemsize
+    per_step = (size(obs) + size(action)
+                + floats * (5 + dist_dim + feature_dim)  # reward, logp, v, final_v, return_t
+                + 2)  # terminated_t, truncated_t
+    per_row = (size(obs) + floats * (1 + state_dim)  # last_obs, last_v, state_b
+               + 8 + 1)  # version_b, replayed_b
+    return steps * per_step + per_row
+
+
 def final_index(truncated_t: np.ndarray) -> np.ndarray:
     """[T, B] int64: the index into final_obs of each truncated step, -1 elsewhere."""
     index = np.full(truncated_t.shape, -1, np.int64)

@@ -36,6 +36,11 @@ class Topology:
             return "local"
         return f"{self.samplers}a{self.memories}m{self.learners}l{self.param_servers}p"
 
+    @property
+    def total(self) -> int:
+        """Samplers, memories, learners and parameter servers together."""
+        return self.samplers + self.memories + self.learners + self.param_servers
+
     def memories_of_learner(self, j: int) -> list[int]:
         """Learner j reads memories j, j+L, j+2L, ... (each memory has exactly one reader)."""
         return list(range(j, self.memories, self.learners))
@@ -105,6 +110,11 @@ class ResourcePlan:
                 + topo.learners * self.learner_cpus + topo.param_servers * self.ps_cpus)
 
 
+# The CPU share of a process that mostly waits on I/O (a memory, the parameter server); a
+# sampler or learner process is given at least as much (``check_shares``).
+IO_CPUS = 0.01
+
+
 def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.0,
                    sampler_cpus: float | None = None,
                    learner_cpus: float | None = None) -> ResourcePlan:
@@ -114,8 +124,7 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
     share what is left, up to one CPU each. Memories and the parameter server mostly wait on
     I/O and get a small fixed share. Explicit shares override the fit.
     """
-    small = 0.01
-    io_cpus = small * (topo.memories + topo.param_servers)
+    io_cpus = IO_CPUS * (topo.memories + topo.param_servers)
     if learner_cpus is None:
         learner_cpus = min(1.0, 0.5 * cluster_cpus / topo.learners)
     if sampler_cpus is None:
@@ -123,8 +132,8 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
         sampler_cpus = min(1.0, left / topo.samplers) if topo.samplers else 1.0
     # Ray accepts fractions to 1e-4; round down so the sum never exceeds the cluster.
     plan = ResourcePlan(
-        sampler_cpus=_floor4(sampler_cpus), memory_cpus=small,
-        learner_cpus=_floor4(learner_cpus), learner_gpus=learner_gpus, ps_cpus=small,
+        sampler_cpus=_floor4(sampler_cpus), memory_cpus=IO_CPUS,
+        learner_cpus=_floor4(learner_cpus), learner_gpus=learner_gpus, ps_cpus=IO_CPUS,
         cluster_cpus=cluster_cpus)
     if plan.sampler_cpus <= 0 or plan.learner_cpus <= 0:
         raise ConfigError(
@@ -132,6 +141,22 @@ def plan_resources(topo: Topology, cluster_cpus: float, learner_gpus: float = 0.
             f"(sampler {sampler_cpus:g}, learner {learner_cpus:g}); lower topology.sampler_cpus "
             "or topology.learner_cpus, or leave them unset to fit automatically")
     return plan
+
+
+def check_shares(plan: ResourcePlan, topo: Topology, processes: Topology, fewer: str,
+                 explicit: dict | None = None) -> None:
+    """Refuse a plan that gives each sampler or learner process, fitted to the CPUs, less
+    CPU than a process that mostly waits (``IO_CPUS``): that many processes per CPU spend
+    their time starting and taking turns, not working. A share the user set
+    (``explicit[role]``) is theirs. ``processes`` are the process counts the packing of
+    ``topo`` makes; ``fewer`` says how to start fewer."""
+    for role, count, share in (("sampler", processes.samplers, plan.sampler_cpus),
+                               ("learner", processes.learners, plan.learner_cpus)):
+        if count and share < IO_CPUS and (explicit or {}).get(role) is None:
+            raise ConfigError(
+                f"topology={topo}: {processes.total} role processes on {plan.cluster_cpus:g} CPUs "
+                f"leave each {role} process {share:g} CPU, less than the {IO_CPUS:g} of a "
+                f"process that mostly waits; {fewer}")
 
 
 def offers(node: dict, asks: dict) -> bool:

@@ -50,6 +50,10 @@ class Algorithm:
     learners take its samplers' fragments directly); ``learner_spec(algo, cfg, shards)``, a
     learner process holding ``shards`` learner shards (``Learner`` with ``make_model`` and
     ``make_update``; the runtime adds the spaces and the device).
+    ``estimate_memory(algo, cfg, obs_space, action_space)``: what its memories hold once
+    full, as ``memory_plan.MemoryNeed``s, one per setting that sizes them (call it through
+    ``memory_needs``); None: its memories hold nothing that a setting grows. The run checks
+    them, with its role processes, against the memory it has before any role starts.
     ``eval_policy(obs_space, action_space, cfg, seed, deterministic)`` is what evaluation acts
     with (``set_weights``, ``act``), ``cfg`` holding the trained run's env, model and algo
     sections as dataclasses.
@@ -73,6 +77,7 @@ class Algorithm:
     # Its fragments are rows of env columns that may be dealt across the memories
     # (``Topology.routes``): IMPALA's, whose memories serve rows to their learners
     deals_rows: bool = False
+    estimate_memory: Optional[Callable[..., list]] = None
 
     def __post_init__(self) -> None:
         if self.make_model is None:
@@ -91,6 +96,13 @@ class Algorithm:
     def memory(self, cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
         """Memory k's class and arguments (``memory_spec``; an asynchronous algorithm's)."""
         return self.memory_spec(self, cfg, k)
+
+    def memory_needs(self, cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space) -> list:
+        """What the memories hold once full, by the setting that sizes each
+        (``estimate_memory``; none for an algorithm without)."""
+        if self.estimate_memory is None:
+            return []
+        return self.estimate_memory(self, cfg, obs_space, action_space)
 
     def learner(self, cfg: DictConfig, shards: int = 1) -> tuple[type, tuple, dict]:
         """A learner process's class and arguments, for ``shards`` learner shards

@@ -9,7 +9,17 @@ shard keeps per transition only the indices of its frames (``[S]`` int32 per sta
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+# Distinct frames a shard holds per transition: each env's stream adds a frame per step,
+# and every episode, and every stretch of a stream between evicted transitions, adds the
+# frames at its ends (measured on Pong: docs/performance.md, "What a run holds in memory").
+FRAMES_PER_TRANSITION = 1.2
+# Bytes of Python bookkeeping per distinct frame held: its entry in ``by_key`` (the hash and
+# the list of its places; measured as above).
+FRAME_BOOKKEEPING = 340
 
 
 def is_frame_stack(obs: np.ndarray) -> bool:
@@ -31,6 +41,18 @@ class FrameStore:
         self.keys = np.zeros(initial, np.int64)  # content hash of the frame at each place
         self.by_key: dict[int, list[int]] = {}  # hash -> places holding frames with that hash
         self.free = list(range(initial - 1, -1, -1))  # unused places, the lowest popped first
+
+    @staticmethod
+    def planned_bytes(frame_bytes: int, transitions: int, initial: int) -> int:
+        """The most a store started with ``initial`` places holds for a shard of
+        ``transitions``: the distinct frames (``FRAMES_PER_TRANSITION`` each) and, as the
+        arrays grow past ``initial``, the old and the new arrays at once (``_grow``)."""
+        held = math.ceil(FRAMES_PER_TRANSITION * transitions)
+        size, before = initial, 0
+        while size < held:
+            before, size = size, size + FrameStore._extra(size)
+        per_place = frame_bytes + 2 * np.dtype(np.int64).itemsize  # the frame, refs, keys
+        return (size + before) * per_place + held * FRAME_BOOKKEEPING
 
     def __len__(self) -> int:
         """Distinct frames held."""
@@ -86,10 +108,16 @@ class FrameStore:
         same.append(place)
         return place
 
+    @staticmethod
+    def _extra(size: int) -> int:
+        """Places added to arrays of ``size`` places when they are full."""
+        return max(size // 2, 1024)
+
     def _grow(self) -> None:
-        """Half as many places again (untouched zero pages cost no memory until written)."""
+        """Half as many places again. The copy writes every place of the new arrays, and the
+        old ones are held until it ends (``planned_bytes`` counts both)."""
         size = len(self.refs)
-        extra = max(size // 2, 1024)
+        extra = self._extra(size)
         self.frames = np.concatenate([self.frames, np.zeros((extra, *self.frames.shape[1:]),
                                                             self.frames.dtype)])
         self.refs = np.concatenate([self.refs, np.zeros(extra, np.int64)])

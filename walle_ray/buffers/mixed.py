@@ -20,6 +20,13 @@ from walle_ray.buffers.ranked import RankedReplay
 from walle_ray.buffers.replay import UniformReplay
 
 
+# Bytes of Python objects beside the arrays: per row held, its ``Rollout`` of views; per
+# fragment piece put, the copy whose rows are those views (measured: docs/performance.md,
+# "What a run holds in memory").
+ROW_OBJECT_BYTES = 2400
+PIECE_OBJECT_BYTES = 2050
+
+
 @dataclass(frozen=True)
 class BufferSpec:
     """One memory type of a mix."""
@@ -50,6 +57,15 @@ class MixedMemory:
         self.building = threading.Lock()  # weights may arrive on two threads at the start
         self.rows_in = 0
         self.rows_out = 0
+
+    @staticmethod
+    def planned_bytes(specs: list[BufferSpec], row_bytes: int, piece_rows: int) -> int:
+        """The most a memory of this mix holds once full, given the arrays of one row
+        (``batch.rollout_row_bytes``) and the rows of each fragment piece it is put: every
+        buffer holds the same row objects, the newest of them, so the memory holds as many
+        rows as its largest buffer (and the piece the oldest of them came in)."""
+        rows = max(spec.capacity for spec in specs) + piece_rows
+        return rows * (row_bytes + ROW_OBJECT_BYTES + PIECE_OBJECT_BYTES // max(1, piece_rows))
 
     @staticmethod
     def _buffer(spec: BufferSpec, rows: int, seed: int):

@@ -66,6 +66,28 @@ class PrioritizedReplay:
         self.batches = 0
         self.priority_updates = 0
 
+    @staticmethod
+    def planned_bytes(capacity: int, obs: tuple[tuple, np.dtype], action: tuple[tuple, np.dtype],
+                      prioritized: bool = True) -> int:
+        """The most a shard of ``capacity`` transitions holds once full, given the shape and
+        dtype of one observation and one action as samplers write them: each slot's fields,
+        insert id and priority, the two trees, and frame stacks' distinct frames
+        (``FrameStore.planned_bytes``) or else both observations of every transition."""
+        obs_shape, obs_dtype = tuple(obs[0]), np.dtype(obs[1])
+        action_bytes = int(np.prod(action[0], dtype=np.int64)) * np.dtype(action[1]).itemsize
+        slot = (action_bytes + 4 + 4 + 8  # action, reward, discount, version_b
+                + 8 + 4)  # the insert id and priority
+        frames = 0
+        if obs_dtype == np.uint8 and len(obs_shape) == 3:  # is_frame_stack: places, not stacks
+            stack, frame = obs_shape[0], int(np.prod(obs_shape[1:])) * obs_dtype.itemsize
+            slot += len(STACKS) * stack * np.dtype(np.int32).itemsize
+            frames = FrameStore.planned_bytes(frame, capacity, capacity)
+        else:
+            slot += len(STACKS) * int(np.prod(obs_shape, dtype=np.int64)) * obs_dtype.itemsize
+        leaves = 1 << (capacity - 1).bit_length()
+        trees = 2 * 2 * leaves * 8 if prioritized else 0  # SumTree, MinTree: float64 nodes
+        return capacity * slot + frames + trees
+
     def __len__(self) -> int:
         return min(self.inserted, self.capacity)
 

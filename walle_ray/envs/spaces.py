@@ -109,3 +109,18 @@ def to_space(space: gym.Space, actions: np.ndarray) -> np.ndarray:
         return np.clip(actions, space.low, space.high)
     start = getattr(space, "start", 0)
     return (actions + start if np.any(start) else actions).astype(space.dtype, copy=False)
+
+
+def stored_obs(space: gym.Space) -> tuple[tuple, np.dtype]:
+    """One observation's shape and dtype as samplers write it: float32 for a floating space
+    (and a ``FlatSpace``), the space's own dtype otherwise (uint8 frames stay uint8)."""
+    dtype = np.dtype(space.dtype)
+    return tuple(space.shape), np.dtype(np.float32) if dtype.kind == "f" else dtype
+
+
+def stored_action(space: gym.Space) -> tuple[tuple, np.dtype]:
+    """One action's shape and dtype as samplers write it: int64 indices for Discrete and
+    MultiDiscrete actions, float32 for Box and MultiBinary ones."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return tuple(space.shape), np.dtype(np.int64)
+    return tuple(space.shape), np.dtype(np.float32)

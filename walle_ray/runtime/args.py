@@ -12,6 +12,9 @@
   command gives ``run.trust_code=true``: the file may come from elsewhere.
 - ``hydra.run.dir=<dir>`` that holds another run is refused before Hydra writes its
   ``.hydra/`` there (``check_named_run_dir``).
+- ``algo.capacity=1e6``: a value in scientific notation that is a whole number is passed
+  as that integer (``1000000``), so integer settings take it; Hydra would read a float,
+  which they refuse.
 
 ``conf_dirs`` are the shipped config directory and the user's (``--config-dir``), in which
 topology options are looked up.
@@ -20,7 +23,7 @@ topology options are looked up.
 from __future__ import annotations
 
 import re
-
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
@@ -31,6 +34,19 @@ from walle_ray.runtime.run_dir import check_run_dir
 # Hydra's flags that print, complete or sweep instead of running one job in hydra.run.dir
 _NO_RUN_FLAGS = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--multirun",
                  "-m", "--shell-completion", "-sc"}
+
+
+# A whole number in scientific notation: digits, an optional fraction, a positive exponent.
+_SCIENTIFIC = re.compile(r"[+-]?\d+(\.\d*)?[eE]\+?\d+")
+
+
+def whole_number(value: str) -> str:
+    """``value`` as an integer literal when it is a whole number in scientific notation
+    (``1e10``, ``2.5e5``), else unchanged."""
+    if not _SCIENTIFIC.fullmatch(value):
+        return value
+    number = Decimal(value)
+    return str(int(number)) if number == number.to_integral_value() else value
 
 
 def _key(override: str) -> str:
@@ -72,6 +88,9 @@ def rewrite_args(args: list[str], conf_dirs: Path | list[Path]) -> list[str]:
         # in YAML's flow style a line break is a space. Other values keep theirs.
         if "=" in arg and arg.split("=", 1)[1].lstrip().startswith(("[", "{")):
             arg = re.sub(r"\s*\n\s*", " ", arg)
+        if "=" in arg and not arg.startswith("-"):
+            key, value = arg.split("=", 1)
+            arg = f"{key}={whole_number(value)}"
         if arg.startswith("topology="):
             values = arg.split("=", 1)[1].split(",")
             if not all(v in known for v in values):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -33,8 +33,7 @@ from walle_ray.report import run_cost
 from walle_ray.runtime.milestones import Milestones, milestone_targets
 from walle_ray.runtime.run_dir import check_run_dir, taken
 from walle_ray.runtime.signals import StopSignals
-from walle_ray.topology import (check_samplers, fit_to_nodes, parse_topology, plan_packing,
-                                plan_resources)
+from walle_ray.topology import check_samplers, parse_topology
 
 
 @dataclass
@@ -57,16 +56,20 @@ def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
 
 
 def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
-               namespace: str = "walle_ray", announce: bool = False,
+               namespace: str = "walle_ray", first: bool = False,
                stall_dir: Path | None = None):
     """A LocalFleet for ``topology=local``, else Ray actors packed into processes
-    (``topology.pack``) and placed by the resource plan; ``announce`` prints the plan;
-    the stacks of stalled roles go to ``stall_dir``.
+    (``topology.pack``) and placed by the resource plan (``runtime/plan.py``). ``first``:
+    the run's first build, which prints the plan and checks its memory against the machine
+    before any role starts (a rebuild after a lost role makes the same plan). The stacks of
+    stalled roles go to ``stall_dir``.
 
     Each run's actors live in their own Ray namespace, so two runs on one cluster can both
     name theirs ``walle/sampler-0``.
     """
     from walle_ray.runtime.fleet import LocalFleet
+    from walle_ray.runtime.plan import (check_local_memory, check_plan_memory, plan_cpus,
+                                        plan_processes)
     from walle_ray.runtime.ray_fleet import RayFleet
     from walle_ray.runtime.ray_init import (check_gpus, check_role_resources, cluster_resources,
                                             live_nodes, placement_lines, start_ray)
@@ -75,29 +78,25 @@ def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
         if cfg.learner.num_gpus > 0:
             raise ConfigError("learner.num_gpus: topology=local runs on this process's CPU; "
                               "use a Ray topology such as 1a1m1l to place a learner on a GPU")
+        if first:
+            check_local_memory(cfg, algo, obs_space, action_space)
         return LocalFleet(cfg, algo, topo, obs_space, action_space)
     start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace=namespace)
     cpus, gpus = cluster_resources()
     check_gpus(topo.learners, cfg.learner.num_gpus, gpus)
-    pack = str(cfg.topology.pack)
-    packing = plan_packing(topo, cpus, int(pack) if pack.isdigit() else pack,
-                           cfg.learner.num_gpus, algo.packed_learner is not None)
-    processes, nodes = packing.processes(topo), live_nodes()
-    if algo.loop == "sync":  # its learners take the fragments: no memory process to place
-        processes = replace(processes, memories=0)
+    packing, processes = plan_processes(cfg, algo, topo, cpus)
+    nodes = live_nodes()
+    resources = [node["Resources"] for node in nodes.values()]
     check_role_resources(cfg.topology.resources, {
         "sampler": processes.samplers, "memory": processes.memories,
-        "learner": processes.learners, "ps": processes.param_servers},
-        [node["Resources"] for node in nodes.values()])
-    plan = plan_resources(processes, cpus, cfg.learner.num_gpus,
-                          cfg.topology.sampler_cpus, cfg.topology.learner_cpus)
-    plan = fit_to_nodes(plan, processes, cfg.topology.resources,
-                        [node["Resources"] for node in nodes.values()],
-                        {"sampler": cfg.topology.sampler_cpus, "learner": cfg.topology.learner_cpus})
-    if announce:
+        "learner": processes.learners, "ps": processes.param_servers}, resources)
+    plan = plan_cpus(cfg, algo, topo, processes, cpus, resources)
+    if first:
         print(f"walle_ray: {topo} on {cpus:g} CPUs: "
-              f"{packing.describe(topo, memories=algo.loop != 'sync')} (topology.pack={pack})",
-              flush=True)
+              f"{packing.describe(topo, memories=algo.loop != 'sync')} "
+              f"(topology.pack={cfg.topology.pack})", flush=True)
+        check_plan_memory(cfg, algo, topo, packing, processes, cpus, obs_space, action_space,
+                          resources)
     fleet = RayFleet(cfg, algo, topo, obs_space, action_space, plan, cfg.run.role_timeout_s,
                      packing, stall_dir)
     if len(nodes) > 1:  # where each role process runs, on a cluster
@@ -269,7 +268,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
               flush=True)
     namespace = f"walle_ray-{run_dir.name}"
     fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace,
-                       announce=True, stall_dir=run_dir / "stalls")
+                       first=True, stall_dir=run_dir / "stalls")
     try:
         if ckpt:
             try:

@@ -10,7 +10,8 @@ from omegaconf import DictConfig
 from walle_ray.algos.ddpg.config import APEXDDPGConfig, DDPGConfig, TD3Config
 from walle_ray.algos.ddpg.explorer import DDPGExplorer
 from walle_ray.algos.ddpg.update import DDPGUpdate
-from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sampler_spec
+from walle_ray.algos.replay import (ExplorerPolicy, replay_memory_needs, replay_memory_spec,
+                                    replay_sampler_spec)
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_continuous, configured_fragment_length,
                                   packed_as_is, require_algo)
@@ -58,7 +59,8 @@ def _algorithm(name: str, config_cls: type, label: str) -> Algorithm:
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_spaces(label), make_model=make_deterministic_model,
                      sampler_spec=functools.partial(replay_sampler_spec, explorer=DDPGExplorer),
-                     memory_spec=replay_memory_spec, packed_learner=packed_as_is,
+                     memory_spec=replay_memory_spec, estimate_memory=replay_memory_needs,
+                     packed_learner=packed_as_is,
                      eval_policy=functools.partial(ExplorerPolicy, DDPGExplorer))
 
 

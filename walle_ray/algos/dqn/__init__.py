@@ -10,7 +10,8 @@ from omegaconf import DictConfig
 from walle_ray.algos.dqn.config import APEXConfig, DQNConfig
 from walle_ray.algos.dqn.explorer import DQNExplorer
 from walle_ray.algos.dqn.update import DQNUpdate
-from walle_ray.algos.replay import ExplorerPolicy, replay_memory_spec, replay_sampler_spec
+from walle_ray.algos.replay import (ExplorerPolicy, replay_memory_needs, replay_memory_spec,
+                                    replay_sampler_spec)
 from walle_ray.algos.replay.checks import check_replay_settings
 from walle_ray.algos.spec import (Algorithm, check_discrete, configured_fragment_length,
                                   packed_as_is, require_algo)
@@ -46,7 +47,8 @@ def _algorithm(name: str, config_cls: type) -> Algorithm:
                      fragment_length=configured_fragment_length, validate=validate,
                      check_spaces=check_discrete(label), make_model=make_q_network,
                      sampler_spec=functools.partial(replay_sampler_spec, explorer=DQNExplorer),
-                     memory_spec=replay_memory_spec, packed_learner=packed_as_is,
+                     memory_spec=replay_memory_spec, estimate_memory=replay_memory_needs,
+                     packed_learner=packed_as_is,
                      eval_policy=functools.partial(ExplorerPolicy, DQNExplorer))
 
 

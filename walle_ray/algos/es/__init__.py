@@ -8,6 +8,7 @@ import math
 from functools import partial
 
 import gymnasium as gym
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -61,6 +62,16 @@ def sampler_spec(algo, cfg: DictConfig, topo, i: int) -> tuple[type, tuple, dict
     return ESSampler, (sections.env, partial(_model_factory, sections), pairs, float(a.noise_std),
                        float(a.action_noise_std), noise_source(a.noise_seed, a.noise_size), i,
                        cfg.run.seed), {}
+
+
+def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
+    """The noise table, ``algo.noise_size`` float32 values, held twice: once where samplers
+    read it (the object store, or the driver under ``topology=local``) and once by the
+    learner, which rebuilds it from its seed."""
+    from walle_ray.memory_plan import MemoryNeed
+
+    return [MemoryNeed("algo.noise_size", int(cfg.algo.noise_size),
+                       lambda size: 2 * size * np.dtype(np.float32).itemsize)]
 
 
 def make_update(cfg: DictConfig, model, collective, device: torch.device) -> ESUpdate:
@@ -122,4 +133,5 @@ def validate(cfg: DictConfig) -> None:
 
 ES = Algorithm(name="es", config_cls=ESConfig, loop="sync", make_update=make_update,
                fragment_length=lambda cfg, topo: 1, validate=validate, check_spaces=check_spaces,
-               make_model=make_model, sampler_spec=sampler_spec, eval_policy=ESEvalPolicy)
+               make_model=make_model, sampler_spec=sampler_spec, eval_policy=ESEvalPolicy,
+               estimate_memory=memory_needs)

@@ -46,12 +46,21 @@ def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 
                            anneal_rows=anneal_rows, reference_rows=int(r.reference_rows),
                            steps=int(r.steps), strategy=str(r.strategy),
                            replacement=bool(r.replacement))
-        rows = round(r.ratio * batch_rows)
-        share = -(-r.capacity // memories) if r.capacity else 4 * rows
         specs.append(BufferSpec(type=r.type, ratio=r.ratio,
-                                capacity=max(share, fragment_rows + rows),
+                                capacity=buffer_capacity(r.capacity, r.ratio, batch_rows,
+                                                         fragment_rows, memories),
                                 start_rows=-(-r.start_rows // memories), ranking=ranking))
     return specs
+
+
+def buffer_capacity(capacity: int, ratio: float, batch_rows: int, fragment_rows: int,
+                    memories: int) -> int:
+    """The rows one memory's buffer holds (``buffer_specs``): its share of the whole run's
+    ``capacity`` (0: four batches of its rows), and at least a fragment beside its rows of
+    a batch."""
+    rows = round(ratio * batch_rows)
+    share = -(-capacity // memories) if capacity else 4 * rows
+    return max(share, fragment_rows + rows)
 
 
 def sampler_spec(algo, cfg: DictConfig, topo, i: int) -> tuple[type, tuple, dict]:
@@ -79,6 +88,43 @@ def memory_spec(algo, cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
     piece = -(-cfg.env.envs_per_sampler // memories)  # a fragment's rows dealt to one memory
     specs = buffer_specs(cfg.algo, rows, piece, memories, anneal_rows)
     return MixedMemory, (specs, rows, cfg.run.seed + k, encoder), {}
+
+
+def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
+    """What each memory's mix holds once full (``MixedMemory.planned_bytes``), sized by the
+    capacity of its largest buffer, ``algo.replay[i].capacity`` (the rows it holds by
+    default where that is 0)."""
+    from dataclasses import replace
+
+    from walle_ray.algos.spec import actor_critic_model
+    from walle_ray.batch import rollout_row_bytes
+    from walle_ray.envs.spaces import stored_action, stored_obs
+    from walle_ray.memory_plan import MemoryNeed
+    from walle_ray.models.heads import make_action_head
+    from walle_ray.topology import parse_topology
+
+    memories = max(1, parse_topology(cfg.topology.spec).memories)
+    rows, piece = learner_batch(cfg), -(-cfg.env.envs_per_sampler // memories)
+    specs = buffer_specs(cfg.algo, rows, piece, memories)
+    i = max(range(len(specs)), key=lambda k: specs[k].capacity)
+    state = features = 0
+    if cfg.model.core or stores_encodings(cfg):  # widths the network decides
+        model = actor_critic_model(obs_space, action_space, cfg)
+        state = model.state_size
+        if stores_encodings(cfg):
+            with torch.no_grad():
+                features = model.encode(torch.zeros(1, *obs_space.shape)).shape[-1]
+    row = rollout_row_bytes(cfg.algo.fragment_length, stored_obs(obs_space),
+                            stored_action(action_space), make_action_head(action_space).param_dim,
+                            state, features)
+
+    def held(capacity: int) -> float:
+        one = buffer_capacity(capacity, specs[i].ratio, rows, piece, memories)
+        resized = [replace(spec, capacity=one) if k == i else spec for k, spec in enumerate(specs)]
+        return memories * MixedMemory.planned_bytes(resized, row, piece)
+
+    return [MemoryNeed(f"algo.replay[{i}].capacity", int(cfg.algo.replay[i].capacity), held,
+                       memories)]
 
 
 def ranks(cfg: DictConfig) -> bool:
@@ -193,4 +239,4 @@ IMPALA = Algorithm(name="impala", config_cls=IMPALAConfig, loop="async", make_up
                    fragment_length=configured_fragment_length, validate=validate,
                    check_spaces=check_policy_spaces("IMPALA"), sampler_spec=sampler_spec,
                    memory_spec=memory_spec, packed_learner=packed_as_is, recurrent=True,
-                   deals_rows=True)
+                   deals_rows=True, estimate_memory=memory_needs)

@@ -87,25 +87,49 @@ def replay_sampler_spec(algo, cfg, topo, i: int, explorer: type) -> tuple[type, 
                                         cfg.run.seed), {}
 
 
+def shard_capacity(cfg, capacity: int | None = None) -> tuple[int, int]:
+    """(transitions each replay shard holds, shards): the replay's capacity
+    (``algo.capacity``, or ``capacity``) is the whole run's, each shard holding its share, at
+    least a batch (docs/algorithms.md, "One update, however many learners")."""
+    from walle_ray.algos.spec import learner_batch
+    from walle_ray.topology import parse_topology
+
+    memories = parse_topology(cfg.topology.spec).memories
+    capacity = cfg.algo.capacity if capacity is None else capacity
+    return max(learner_batch(cfg), -(-capacity // memories)), memories
+
+
 def replay_memory_spec(algo, cfg, k: int) -> tuple[type, tuple, dict]:
     """Memory k of a replay-based algorithm: one prioritized (or uniform) replay shard."""
     from walle_ray.buffers.prioritized import PrioritizedReplay
 
     from walle_ray.algos.spec import learner_batch
-    from walle_ray.topology import parse_topology
 
     a = cfg.algo
-    memories = parse_topology(cfg.topology.spec).memories
+    capacity, memories = shard_capacity(cfg)
     batch = learner_batch(cfg)
-    # The replay's capacity and start are the whole run's, each shard holding its share
-    # (docs/algorithms.md, "One update, however many learners").
-    capacity = max(batch, -(-a.capacity // memories))
     return PrioritizedReplay, (capacity, batch), dict(
         prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,
         beta_anneal_updates=a.beta_anneal_updates, eps=a.priority_eps,
         learning_starts=min(capacity, -(-a.learning_starts // memories)),
         replay_ratio=a.replay_ratio,
         max_lead=a.max_lead, seed=cfg.run.seed + k)
+
+
+def replay_memory_needs(algo, cfg, obs_space, action_space) -> list:
+    """What the replay shards hold once full (``PrioritizedReplay.planned_bytes``), sized by
+    ``algo.capacity``."""
+    from walle_ray.buffers.prioritized import PrioritizedReplay
+    from walle_ray.envs.spaces import stored_action, stored_obs
+    from walle_ray.memory_plan import MemoryNeed
+
+    obs, action = stored_obs(obs_space), stored_action(action_space)
+
+    def held(capacity: int) -> float:
+        shard, shards = shard_capacity(cfg, capacity)
+        return shards * PrioritizedReplay.planned_bytes(shard, obs, action, cfg.algo.prioritized)
+
+    return [MemoryNeed("algo.capacity", int(cfg.algo.capacity), held, shard_capacity(cfg)[1])]
 
 
 # Explorers anneal their exploration over a run's env steps; a stochastic evaluation acts
