@@ -190,8 +190,8 @@ class SamplerWorker(Watched, Placed):
         """Answers once the actor is up (again, after a restart)."""
         return True
 
-    @ray.method(num_returns=2)
     @working
+    @ray.method(num_returns=2)
     def collect(self, version: int | None = None, weights: list | None = None):
         """A fragment of every sampler of this process, then their stats: ``(fragment_0,
         ..., fragment_k-1, [stats_0, ..., stats_k-1])``, as separate objects, so each
