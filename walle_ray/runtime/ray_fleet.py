@@ -312,6 +312,17 @@ class RayFleet:
                 raise RoleDied(f"{stall.role} stalled")
             self.ray.kill(handle, no_restart=False)
 
+    def _call_lost(self, kind: str, index: int, exc: BaseException) -> None:
+        """A call whose process died, or whose result was lost with its node: a learner's is
+        a RoleDied, a sampler's a death (``_sampler_died``); a restarted sampler that is not
+        back yet is asked again soon."""
+        if kind == "learner":
+            raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
+        if kind == "sampler":
+            self._sampler_died(index, exc)
+        else:
+            self.restarting[index] = time.monotonic() + 0.2
+
     def _finished(self, timeout_s: float) -> list[tuple]:
         """(kind, process index, result, fragment refs) of the calls that ended within
         ``timeout_s`` (a sampler process's result is a report per sampler); each restarted
@@ -333,22 +344,12 @@ class RayFleet:
             try:
                 result = self.ray.get(ref)
             except self.ray.exceptions.RayActorError as exc:
-                if kind == "learner":
-                    raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
-                if kind == "sampler":
-                    self._sampler_died(index, exc)
-                else:  # not back yet: ask again soon
-                    self.restarting[index] = time.monotonic() + 0.2
+                self._call_lost(kind, index, exc)
                 continue
             except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
                 raise role_failed(f"{kind}-{index}", exc) from None
             except self.ray.exceptions.ObjectLostError as exc:  # its result lived on a lost node
-                if kind == "learner":
-                    raise RoleDied(f"learner-{index}: {type(exc).__name__}") from None
-                if kind == "sampler":
-                    self._sampler_died(index, exc)
-                else:
-                    self.restarting[index] = time.monotonic() + 0.2
+                self._call_lost(kind, index, exc)
                 continue
             if kind == "restarted":
                 self.restarting.pop(index, None)
