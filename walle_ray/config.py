@@ -98,7 +98,7 @@ class EnvConfig:
 class TopologyConfig:
     """Role counts as ``<A>a<M>m<L>l[<P>p]`` or ``local``, plus optional CPU shares."""
 
-    spec: str = "2a1m1l"  # e.g. 32a4m4l; ``local`` runs every role in this process
+    spec: str = "2a1m1l"  # e.g. 32a4m4l; ``local`` runs every role in this process; ``auto`` chooses
     sampler_cpus: Optional[float] = None  # CPUs per sampler actor; None: fit the cluster
     learner_cpus: Optional[float] = None  # CPUs per learner actor; None: fit the cluster
     # With at least one CPU per sampler in the cluster, pin sampler actor i and the env
@@ -115,6 +115,9 @@ class TopologyConfig:
     # started with ray start --resources='{"trainer": 1}' (README, "Cluster"); roles are
     # sampler, memory, learner and ps
     resources: Any = None
+    # topology=auto: seconds its calibration may measure the costs on this machine, when the
+    # cache has none for this CPU, algorithm, env and network (docs/topology_auto.md)
+    auto_calibrate_s: float = 10.0
 
 
 @dataclass
@@ -366,6 +369,8 @@ def validate(cfg: DictConfig) -> None:
     pack = str(cfg.topology.pack)
     require(pack in ("auto", "off") or (pack.isdigit() and int(pack) > 0), "topology.pack",
             f"got {pack!r}; use auto, off or a positive number of sampler processes")
+    require(0 < cfg.topology.auto_calibrate_s <= 120, "topology.auto_calibrate_s",
+            f"got {cfg.topology.auto_calibrate_s}; use seconds in (0, 120]")
     validate_role_resources(cfg.topology.resources)
 
 

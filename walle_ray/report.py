@@ -165,7 +165,7 @@ def _classify_offline(f: Figures) -> tuple[str, str]:
 
 def sampler_totals() -> dict:
     return {"env_s": 0.0, "act_s": 0.0, "put_wait_s": 0.0, "weights_wait_s": 0.0,
-            "collect_s": 0.0, "env_steps": 0, "fragments": 0, "calls": 0}
+            "collect_s": 0.0, "env_steps": 0, "fragments": 0, "calls": 0, "cpu_s": 0.0}
 
 
 def memory_totals() -> dict:
@@ -175,7 +175,7 @@ def memory_totals() -> dict:
 
 def learner_totals() -> dict:
     """One learner process's sums (``totals["learners"]["per"]``, keyed by its shards)."""
-    return {"train_s": 0.0, "batch_wait_s": 0.0, "sync_wait_s": 0.0, "updates": 0}
+    return {"train_s": 0.0, "batch_wait_s": 0.0, "sync_wait_s": 0.0, "updates": 0, "cpu_s": 0.0}
 
 
 def new_totals() -> dict:
@@ -277,7 +277,7 @@ def starved_memories(memories: list[dict]) -> tuple[tuple[int, ...], tuple[int, 
 
 
 def build_report(totals: dict, meta: dict, counters: dict | None = None,
-                 silent: dict[int, float] | None = None) -> dict:
+                 silent: dict[int, float] | None = None, steady: dict | None = None) -> dict:
     """The report (``report.json``) of a run's totals: the figures per role, the verdict,
     the advice line and the summary paragraph. ``silent``: seconds since each sampler's
     last report when the run stopped."""
@@ -309,7 +309,7 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
     report = {
         "format": FORMAT_VERSION,
         "run": {**{k: meta.get(k) for k in ("algo", "env", "topology", "loop", "local",
-                                             "learners")},
+                                             "learners", "threads", "cpus")},
                 "segments": totals.get("segments", 1), "wall_s": wall,
                 "env_steps": counters.get("env_steps", sum(s["env_steps"] for s in
                                                            samplers["per_sampler"])),
@@ -324,9 +324,31 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
         "verdict": verdict, "advice": advice, "totals": totals,
         "milestones": dict(counters.get("milestones", {})), "cost": run_cost(counters),
         "faults": dict(counters.get("faults", {})),
+        "steady": _steady(steady),
     }
+    if meta.get("auto"):  # topology=auto: its model, inputs and choice, and what came of it
+        report["auto"] = {**meta["auto"], "measured_rate": report["steady"]["rate"]}
     report["summary"] = summary(report)
     return report
+
+
+def _steady(steady: dict | None) -> dict:
+    """Agent steps per second after the first update (0 where no record came after it)."""
+    steady = dict(steady or {"env_steps": 0, "wall_s": 0.0})
+    steady["rate"] = steady["env_steps"] / steady["wall_s"] if steady["wall_s"] > 0 else 0.0
+    return steady
+
+
+def auto_line(auto: dict) -> str:
+    """'topology=auto chose 2a1m1l: predicted 2300 agent steps/s (learner-bound), measured
+    2100 (0.91x)'."""
+    plan, measured = auto["plan"], auto.get("measured_rate") or 0.0
+    text = (f"topology=auto chose {plan['spec']} with {plan['envs_per_sampler']} envs per "
+            f"sampler and {plan['threads']} learner thread{'s' if plan['threads'] != 1 else ''}: "
+            f"predicted {plan['rate']:.0f} agent steps/s ({plan['bound']})")
+    if measured:
+        text += f", measured {measured:.0f} ({measured / plan['rate']:.2f}x)"
+    return text
 
 
 def score_key(score: float) -> str:
@@ -412,6 +434,8 @@ def summary(report: dict) -> str:
         text += (f"; {stalls} stalled role{'s' if stalls > 1 else ''} found and restarted "
                  "(their stacks in stalls/)")
     text += f". Advice: {report['advice']}."
+    if report.get("auto"):
+        text += f"\nwalle_ray: {auto_line(report['auto'])}"
     if "cost" in report:  # reports from before time and cost to a score have none
         text += f"\nwalle_ray: time and cost: {cost_line(report.get('milestones', {}), report['cost'])}"
     return text
@@ -461,7 +485,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"walle_ray.report: {exc}", file=sys.stderr)
         return 2
     print(report["summary"])
+    print(f"walle_ray: {would_choose(report, Path(args[0]))}")
     return 0
+
+
+def would_choose(report: dict, run_dir: Path) -> str:
+    """What topology=auto would choose for this run, from the costs it measured
+    (``autoplan.costs_from_report``), on the CPUs it ran on."""
+    import yaml
+
+    from walle_ray.autoplan import choose, costs_from_report
+
+    path = run_dir / "config.yaml"
+    config = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    costs = costs_from_report(report, config or {})
+    cpus = report["run"].get("cpus")
+    if costs is None or not cpus:
+        return ("topology=auto: this run measured too little to say what auto would choose "
+                "(no CPU seconds or no update in its report)")
+    plan = choose(costs, [float(c) for c in cpus])
+    return (f"from this run's costs on {sum(cpus):g} CPUs, topology=auto would choose "
+            f"{plan.line(costs).removeprefix('auto: ')}")
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ class Sampler:
         if feed is not None:
             feed.refresh(self)
             ask_at = self.fragment_length - feed.lead if feed.lead > 0 else -1
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         clock = time.perf_counter
         B = self.env.num_envs
         act, step, writer = self.policy.act, self.env.step, self.writer
@@ -98,7 +98,8 @@ class Sampler:
                  "episode_returns": returns, "episode_lengths": lengths,
                  "policy_version": self.version, **written,
                  **{f"explore/{k}": v for k, v in self.policy.stats().items()},
-                 "env_s": env_s, "act_s": act_s, "collect_s": time.perf_counter() - t0}
+                 "env_s": env_s, "act_s": act_s, "collect_s": time.perf_counter() - t0,
+                 "cpu_s": time.process_time() - cpu0}
         return item, stats
 
     def close(self) -> None:

@@ -7,6 +7,8 @@ of a config that need the algorithm (``validate``) and the Hydra schemas of ever
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 
 from omegaconf import DictConfig, OmegaConf
@@ -67,6 +69,9 @@ def validate(cfg: DictConfig, algo: Algorithm | None = None, own_checks: bool = 
     algorithm's own (``Algorithm.validate``; the driver runs those after it has checked that
     the algorithm can act in the env at all). Raises ConfigError naming the key."""
     validate_schema(cfg)
+    if str(cfg.topology.spec).strip().lower() == "auto":  # checked as one process until chosen
+        cfg = copy.deepcopy(cfg)
+        cfg.topology.spec = "local"
     parse_topology(cfg.topology.spec)  # a malformed topology string says the grammar
     try:
         bf16_setting(cfg.model.bf16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any, Callable
 
@@ -52,6 +53,7 @@ class Learner:
                env_steps: int) -> dict:
         """One algorithm update on these fragments (or replay batches); returns its metrics.
         What goes back to the memory that served them is ``memory_feedback()``."""
+        cpu0 = time.process_time()
         for r in rollouts:
             r.check()
         self.model.train()
@@ -67,7 +69,8 @@ class Learner:
         metrics.update(version=self.version, policy_lag_mean=float(lags.mean()),
                        policy_lag_max=float(lags.max()),
                        nonfinite_skipped=self.update_rule.guard.skipped,
-                       sync_wait_s=self.collective.take_wait_s())
+                       sync_wait_s=self.collective.take_wait_s(),
+                       learn_cpu_s=time.process_time() - cpu0)
         return metrics
 
     def memory_feedback(self):

@@ -25,7 +25,7 @@ from walle_ray.runtime.process import prepare_process
 
 # A sampler's per-fragment stats that a call's report sums over its fragments.
 SUMMED_STATS = ("env_steps", "collect_s", "transitions", "sampler_restarts", "lost_fragments",
-                "env_s", "act_s")
+                "env_s", "act_s", "cpu_s")
 
 
 def _actor(handle_or_name):

@@ -50,6 +50,11 @@ class RunTimes:
         self.rank_last: dict[int, float] = {}  # memory k's seconds ranking at its last record
         self.started = self.ended = time.perf_counter()  # the first report, the last record
         self.last_seen: dict[int, float] = {}  # when each sampler's last report came
+        # The steady rate: agent steps and seconds of the records after the one with the
+        # first update (``report.json``'s ``steady``; topology=auto's measured rate).
+        self.steady = {"env_steps": 0, "wall_s": 0.0}
+        self.pending_steps = 0
+        self.learning = False
 
     @classmethod
     def for_run(cls, cfg, algo, topo, run_dir: Path, resumed: bool) -> "RunTimes":
@@ -64,7 +69,8 @@ class RunTimes:
                 "loop": algo.loop, "local": bool(topo.local), "offline": algo.reads_dataset,
                 "learners": topo.learners, "feeders": feeders,
                 "samplers": 0 if algo.reads_dataset else topo.samplers,
-                "gpu": not topo.local and cfg.learner.num_gpus > 0}
+                "gpu": not topo.local and cfg.learner.num_gpus > 0,
+                "threads": int(cfg.learner.torch_threads or 1)}
         previous = None
         if resumed:
             source = Path(cfg.run.resume)
@@ -78,8 +84,10 @@ class RunTimes:
         """One sampler call's report (one fragment, or a call's sum over its fragments)."""
         i = int(report.get("sampler", 0))
         self.last_seen[i] = time.perf_counter()
+        self.pending_steps += report.get("env_steps", 0) or 0
         s = self.totals["samplers"].setdefault(str(i), sampler_totals())
-        for key in ("env_s", "act_s", "put_wait_s", "weights_wait_s", "collect_s", "env_steps"):
+        for key in ("env_s", "act_s", "put_wait_s", "weights_wait_s", "collect_s", "env_steps",
+                    "cpu_s"):
             s[key] += report.get(key, 0) or 0
         s["fragments"] += report.get("fragments", 1) - report.get("dropped", 0)
         s["calls"] += 1
@@ -103,6 +111,8 @@ class RunTimes:
             sums["batch_wait_s"] += wait_s
             sums["sync_wait_s"] += sync_s
             sums["updates"] += updates
+            # a train call's metrics are means over its updates
+            sums["cpu_s"] = sums.get("cpu_s", 0.0) + metrics.get("learn_cpu_s", 0.0) * updates
         lr["calls"] += 1
         lr["empty_calls"] += not updates
 
@@ -110,6 +120,11 @@ class RunTimes:
         """One metrics record's interval: its wall time, a synchronous iteration's split, and
         the memories' stats at its end."""
         self.totals["wall_s"] += dt
+        if self.learning:
+            self.steady["env_steps"] += self.pending_steps
+            self.steady["wall_s"] += dt
+        self.learning = self.totals["learners"]["updates"] > 0
+        self.pending_steps = 0
         self.ended = time.perf_counter()
         self.totals["records"] += 1
         if timing is not None:
@@ -158,7 +173,8 @@ class RunTimes:
         """Write ``report.json`` and print its summary; a report that cannot be made is
         said in one line, and the run it describes stands."""
         try:
-            report = build_report(self.run_totals(), self.meta, counters, self.silent())
+            report = build_report(self.run_totals(), self.meta, counters, self.silent(),
+                                  self.steady)
             path = Path(run_dir) / REPORT_FILE
             write_text_atomic(path, json.dumps(report, indent=1) + "\n")
         except Exception as exc:  # the report describes the run; it must not fail it

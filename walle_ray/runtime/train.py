@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from os import cpu_count
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,6 +27,7 @@ from walle_ray.runtime.times import RunTimes
 from walle_ray.runtime.checkpoint import (CheckpointError, arrays_to_tensors, first_line,
                                           load_checkpoint, save_checkpoint, tensors_to_arrays)
 from walle_ray.runtime.files import write_text_atomic
+from walle_ray.runtime.auto import ClusterWatch, Replan, is_auto, node_cpus, plan_auto, replan
 from walle_ray.runtime.fleet import RoleDied, RoleError
 from walle_ray.runtime.footprint import Footprint
 from walle_ray.runtime.loop import Periodic, run_loop
@@ -229,9 +231,13 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
            signals: StopSignals) -> RunResult:
     algo = algorithm_for(cfg.algo)  # resolved here, once, and handed to every part
     validate(cfg, algo, own_checks=False)
-    topo = parse_topology(cfg.topology.spec)
     obs_space, action_space = env_spaces(cfg.env)
     algo.check_spaces(obs_space, action_space)  # the wrong kind of env is the first thing to say
+    auto = None
+    if is_auto(cfg):  # measure, choose, and write the choice into cfg (runtime/auto.py)
+        check_run_dir(Path(run_dir), cfg.run.resume)
+        auto = plan_auto(cfg, algo, obs_space, action_space, f"walle_ray-{Path(run_dir).name}")
+    topo = parse_topology(cfg.topology.spec)
     check_user_model(algo, obs_space, action_space, cfg)  # model._target_: one build, one forward
     check_samplers(topo, cfg.algo.name, algo.reads_dataset)
     algo.validate(cfg)
@@ -314,22 +320,31 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
         state["last_saved_iteration"] = counters["iterations"]
 
     def rebuild(failure: RoleDied) -> None:
-        """Replace every role, restoring the learners from the last checkpoint."""
-        nonlocal fleet
-        counters["restarts"] = counters.get("restarts", 0) + 1
-        print(f"walle_ray: {failure}; rebuilding the roles from the last checkpoint (restart "
-              f"{counters['restarts']} of run.max_restarts={cfg.run.max_restarts})",
-              file=sys.stderr, flush=True)
+        """Replace every role, restoring the learners from the last checkpoint; with
+        topology=auto, as the plan for the cluster of now says."""
+        nonlocal fleet, topo
+        if isinstance(failure, Replan):  # no role failed: not a restart
+            print(f"walle_ray: {failure}; rebuilding the roles from a checkpoint made now",
+                  flush=True)
+        else:
+            counters["restarts"] = counters.get("restarts", 0) + 1
+            print(f"walle_ray: {failure}; rebuilding the roles from the last checkpoint "
+                  f"(restart {counters['restarts']} of run.max_restarts="
+                  f"{cfg.run.max_restarts})", file=sys.stderr, flush=True)
         faults = fleet.faults  # counters carry over, so they never go backwards
         fleet.shutdown()
         if not topo.local:  # a node just lost is listed as alive for a while: not on it
             from walle_ray.runtime.ray_init import settle_nodes
 
             settle_nodes()
+        if auto is not None:
+            if replan(cfg, auto):
+                topo = parse_topology(cfg.topology.spec)
+            times.meta.update(auto=auto.to_json(), cpus=auto.cpus)
         fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace,
                            stall_dir=run_dir / "stalls")
         fleet.faults = faults
-        fleet.faults["role_restarts"] = counters["restarts"]
+        fleet.faults["role_restarts"] = counters.get("restarts", 0)
         last = run_dir / "checkpoints" / "last.pt"
         if last.is_file():
             saved = load_checkpoint(last)
@@ -337,6 +352,10 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             restore_memories(cfg, fleet, saved)
 
     times = RunTimes.for_run(cfg, algo, topo, run_dir, resumed=ckpt is not None)  # report.json
+    if auto is not None:
+        times.meta["auto"] = auto.to_json()
+    times.meta["cpus"] = (auto.cpus if auto is not None else [float(cpu_count())] if topo.local
+                          else node_cpus())
     stopped_by = "error"
     start = (time.perf_counter(), counters["env_steps"])
     signals.starting = False
@@ -348,6 +367,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
 
         hooks = [Periodic("env_steps", eval_every, evaluation,
                           counters["env_steps"])] if evaluation else []
+        hooks += [ClusterWatch(auto)] if auto is not None else []
         hooks += [Footprint(lambda: fleet, counters), milestones,
                   Periodic("iteration", 1, report, counters["iterations"]),
                   Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint(),
@@ -357,6 +377,12 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
                 stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start,
                                       times=times)
                 break
+            except Replan as change:  # the cluster changed under topology=auto
+                try:
+                    checkpoint()
+                except (RoleError, RayError):  # a role went with the node: the last one stands
+                    pass
+                rebuild(change)
             except RoleDied as failure:
                 if counters.get("restarts", 0) >= cfg.run.max_restarts:
                     raise RoleDied(f"{failure}; gave up after run.max_restarts="

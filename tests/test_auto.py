@@ -1,0 +1,206 @@
+"""topology=auto: the throughput model's choices (``autoplan``), a run that calibrates,
+chooses, reports predicted beside measured and reuses its calibration, what the report
+command says auto would choose for any run, and re-planning when a cluster's CPUs change."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from walle_ray.autoplan import Costs, Plan, choose, costs_from_report, predict
+
+from conftest import ROOT, make_cfg, run_cli
+
+
+def async_costs(**kw) -> Costs:
+    base = dict(loop="async", envs_per_sampler=8, env_s=1e-3, act_s=0.0,
+                update_s={1: 0.2, 2: 0.12}, steps_per_update=80, memory_s=1e-5,
+                learner_counts=(1, 2, 4))
+    return Costs(**{**base, **kw})
+
+
+def sync_costs(**kw) -> Costs:
+    base = dict(loop="sync", envs_per_sampler=4, env_s=2e-5, act_s=4e-4,
+                update_s={1: 0.07, 2: 0.05}, steps_per_update=1024, total_envs=8,
+                learner_counts=(1, 2, 4, 8))
+    return Costs(**{**base, **kw})
+
+
+def test_a_learner_bound_job_gets_threads_and_few_samplers_a_sampler_bound_one_samplers():
+    slow_learner = choose(async_costs(env_s=1e-4, update_s={1: 1.0, 2: 0.55}), [4.0])
+    assert slow_learner.threads >= 2 and slow_learner.samplers <= 2
+    # the learner's threads use the CPUs the samplers would: it is bound by both
+    assert slow_learner.bound in ("learner-bound", "CPU-bound")
+    slow_env = choose(async_costs(env_s=5e-3, update_s={1: 0.01, 2: 0.008}), [4.0])
+    assert slow_env.samplers >= 4 and slow_env.threads == 1
+    # The predicted rate is the least of what each part allows.
+    assert slow_env.rate == pytest.approx(min(slow_env.limits.values()))
+
+
+def test_more_cpus_get_more_samplers_and_several_nodes_may_split_the_learner():
+    costs = async_costs(env_s=5e-3, update_s={1: 0.01, 2: 0.008})
+    small, big = choose(costs, [2.0]), choose(costs, [2.0, 4.0])
+    assert big.samplers > small.samplers and big.rate > small.rate
+    one_node = choose(async_costs(update_s={1: 2.0}), [4.0])
+    assert one_node.learners == 1  # a node's threads before a second process
+    nodes = choose(async_costs(update_s={1: 2.0}), [1.0, 1.0, 1.0, 1.0])
+    assert nodes.learners > 1 and nodes.memories % nodes.learners == 0
+
+
+def test_a_synchronous_job_keeps_its_envs_and_gives_each_learner_samplers():
+    costs = sync_costs()
+    for cpus in ([1.0], [2.0], [8.0], [2.0, 2.0]):
+        plan = choose(costs, cpus)
+        assert plan.samplers * plan.envs_per_sampler == 8, plan
+        assert plan.samplers % plan.learners == 0 and plan.memories == plan.learners
+    # An act whose fixed cost dominates keeps envs together; cheap acts spread them.
+    assert choose(sync_costs(act_s=1e-2, env_s=1e-6), [8.0]).samplers <= 2
+    assert choose(sync_costs(act_s=0.0, env_s=1e-3), [8.0]).samplers == 8
+
+
+def test_threads_beyond_those_measured_follow_amdahls_law():
+    costs = async_costs(update_s={1: 1.0, 2: 0.6})  # 80% of the update runs in parallel
+    assert costs.update(4) == pytest.approx(1.0 * (0.2 + 0.8 / 4))
+    assert async_costs(update_s={1: 1.0, 2: 1.1}).update(8) == 1.0  # no gain: the best measured
+
+
+def test_a_replan_keeps_memories_and_learners():
+    costs = async_costs(env_s=5e-3, update_s={1: 0.01, 2: 0.008})
+    first = choose(costs, [1.0, 1.0])
+    kept = choose(costs, [1.0, 1.0, 4.0], keep=first)
+    assert (kept.memories, kept.learners) == (first.memories, first.learners)
+    assert kept.samplers > first.samplers
+
+
+def test_costs_round_trip_through_json():
+    costs = async_costs(update_cpu_s={1: 0.2, 2: 0.3})
+    again = Costs.from_json(json.loads(json.dumps(costs.to_json())))
+    assert again == costs
+    plan = predict(costs, Plan(2, 1, 1, 1, 8), [2.0])
+    assert plan.spec == "2a1m1l" and plan.rate > 0
+
+
+def test_a_run_with_too_little_measured_says_so():
+    assert costs_from_report({"totals": {"samplers": {}, "learners": {}}}, {}) is None
+
+
+def calibrated(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("walle_ray: auto: "))
+
+
+def test_topology_auto_calibrates_chooses_reports_and_reuses_its_calibration(tmp_path):
+    """A real run: the choice is printed with its prediction, written into the run's config,
+    and report.json holds the model's inputs, the choice and the measured rate; the second
+    run reads the calibration from the cache; the report command says what auto would choose
+    for a run given its topology by hand."""
+    env = {"WALLE_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["algo=impala", "env=cartpole", "topology=auto", "topology.auto_calibrate_s=4",
+            "run.total_env_steps=40000", "run.stop_at_return=null", "run.report_every_s=1"]
+    first = run_cli(*args, f"hydra.run.dir={tmp_path / 'a'}", env=env).stdout
+    line = calibrated(first)
+    assert "calibrated in" in line and "predicted" in line and "held fixed" in line
+    assert "envs per sampler" in line and "agent steps/s" in line
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    auto = report["auto"]
+    spec = auto["plan"]["spec"]
+    assert f"auto: {spec}," in line
+    assert auto["costs"]["steps_per_update"] > 0 and auto["costs"]["update_s"]
+    assert auto["plan"]["rate"] > 0 and auto["measured_rate"] > 0
+    assert auto["calibrate_s"] <= 4 * 3 + 10  # the budget, with the builds around it
+    assert f"topology=auto chose {spec}" in report["summary"] and "measured" in report["summary"]
+    import yaml
+
+    config = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert config["topology"]["spec"] == spec and config["topology"]["pack"] == "off"
+    assert list((tmp_path / "cache" / "auto").glob("*.json"))
+
+    second = run_cli(*args[:-3], "run.total_env_steps=3000", f"hydra.run.dir={tmp_path / 'b'}",
+                     env=env).stdout
+    assert "costs from the cache" in calibrated(second)
+    assert json.loads((tmp_path / "b" / "report.json").read_text())["auto"]["cached"]
+    said = subprocess.run([sys.executable, "-m", "walle_ray.report", str(tmp_path / "a")],
+                          capture_output=True, text=True, check=True).stdout
+    assert "topology=auto would choose" in said and "predicted" in said
+
+
+def test_topology_auto_refuses_what_it_cannot_plan(tmp_path):
+    out = run_cli("algo=bc", "env=cartpole", "topology=auto", "dataset.path=nowhere",
+                  f"hydra.run.dir={tmp_path / 'bc'}", check=False)
+    assert out.returncode != 0 and "topology=auto plans samplers" in out.stderr + out.stdout
+    out = run_cli("topology=auto", "learner.num_gpus=1", f"hydra.run.dir={tmp_path / 'gpu'}",
+                  check=False)
+    assert out.returncode != 0 and "with learner.num_gpus give a topology" in out.stderr + out.stdout
+    out = run_cli("topology=auto", "topology.auto_calibrate_s=0", check=False)
+    assert out.returncode != 0 and "topology.auto_calibrate_s" in out.stderr + out.stdout
+
+
+pytest.importorskip("ray.cluster_utils")
+
+
+def test_auto_replans_when_a_node_joins_and_when_it_is_lost(tmp_path):
+    """On a simulated cluster, with costs that make the job sampler-bound (written into the
+    cache as a calibration would): a node that joins gets samplers, and when it is lost the
+    plan shrinks back; the run goes on learning throughout."""
+    from ray.cluster_utils import Cluster
+
+    from test_multinode import FAST_HEALTH, Output, records, wait_for
+    from walle_ray.runtime.calibrate import cache_key
+
+    cache = tmp_path / "cache"
+    cfg = make_cfg("algo=impala", "env=cartpole")
+    key, what = cache_key(cfg, [1])
+    costs = async_costs(envs_per_sampler=4, env_s=2e-3, update_s={1: 0.002},
+                        steps_per_update=40, learner_counts=(1,))
+    (cache / "auto").mkdir(parents=True)
+    (cache / "auto" / f"{key}.json").write_text(json.dumps({"made_from": what,
+                                                           "costs": costs.to_json()}))
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 0, "_system_config": FAST_HEALTH})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        run_dir = tmp_path / "run"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "walle_ray", "algo=impala", "env=cartpole", "topology=auto",
+             f"run.ray_address={cluster.address}", "run.total_env_steps=100000000",
+             "run.stop_at_return=null", "run.max_wall_s=600", "run.checkpoint_every=5",
+             "run.report_every_s=1", "logger.progress=line", f"hydra.run.dir={run_dir}"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "WALLE_CACHE_DIR": str(cache)})
+        output = Output(proc)
+        try:
+            first = choose(costs, [1.0])
+            wait_for("the plan", lambda: f"auto: {first.spec}," in output.text, proc, output)
+            wait_for("learning", lambda: any(r["updates"] > 0 for r in records(run_dir)),
+                     proc, output)
+            joined = cluster.add_node(num_cpus=2)
+            cluster.wait_for_nodes()
+            grown = choose(costs, [1.0, 2.0], keep=first)
+            assert grown.samplers > first.samplers
+            wait_for("a plan for 3 CPUs", lambda: f"now has 3 CPUs in 2 node(s): auto: "
+                     f"{grown.spec}," in output.text, proc, output)
+            at = len(records(run_dir))
+            wait_for("learning on the new plan", lambda: any(
+                r["updates"] > 0 for r in records(run_dir)[at + 2:]), proc, output)
+            cluster.remove_node(joined, allow_graceful=False)
+            wait_for("a plan for 1 CPU", lambda: f"now has 1 CPUs in 1 node(s): auto: "
+                     f"{first.spec}," in output.text, proc, output)
+            at = len(records(run_dir))
+            wait_for("learning after the node left", lambda: any(
+                r["updates"] > 0 for r in records(run_dir)[at + 2:]), proc, output)
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            output.thread.join(timeout=5)
+        assert proc.returncode == 128 + signal.SIGINT, output.tail()
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["auto"]["replans"] >= 2 and report["auto"]["plan"]["spec"] == first.spec
+    finally:
+        cluster.shutdown()

@@ -1,0 +1,146 @@
+"""``topology=auto`` in a run: calibrate (``runtime/calibrate.py``), choose with the model
+(``autoplan.choose``), write the choice into the run's config, and choose again when the
+cluster's CPUs change (a node lost, a node joined)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from walle_ray.autoplan import Costs, Plan, choose
+from walle_ray.config import ConfigError
+from walle_ray.runtime.fleet import RoleDied
+
+AUTO = "auto"
+
+
+def is_auto(cfg: DictConfig) -> bool:
+    return str(cfg.topology.spec).strip().lower() == AUTO
+
+
+def held(costs: Costs) -> str:
+    """What auto leaves as the config says, in words."""
+    envs = ("env.envs_per_sampler (each fragment's rows)" if costs.loop == "async" else
+            f"{costs.total_envs} envs in all (the batch over them is the fragment length)")
+    return f"held fixed: the algo settings of an update (batch, learning rate) and {envs}"
+
+
+@dataclass
+class Auto:
+    """A run's auto plan: the costs it was made from and the nodes' CPUs it was made for."""
+
+    costs: Costs
+    plan: Plan
+    cpus: list[float]
+    cached: bool
+    calibrate_s: float
+    replans: int = 0
+
+    def to_json(self) -> dict:
+        return {"costs": self.costs.to_json(), "plan": self.plan.to_json(), "cpus": self.cpus,
+                "cached": self.cached, "calibrate_s": self.calibrate_s,
+                "replans": self.replans, "held": held(self.costs)}
+
+
+def node_cpus() -> list[float]:
+    """The CPUs of each live node of the Ray cluster this process is connected to."""
+    from walle_ray.runtime.ray_init import live_nodes
+
+    cpus = [float(node["Resources"].get("CPU", 0.0)) for node in live_nodes().values()]
+    return [c for c in cpus if c > 0] or [1.0]
+
+
+def apply(cfg: DictConfig, plan: Plan) -> None:
+    """Write ``plan`` into the run's config: the topology, envs per sampler, learner threads
+    (and as many CPUs asked for each learner), one process per role."""
+    cfg.topology.spec = plan.spec
+    cfg.topology.pack = "off"  # the model counts a process per role
+    cfg.env.envs_per_sampler = plan.envs_per_sampler
+    cfg.learner.torch_threads = plan.threads
+    cfg.topology.learner_cpus = float(plan.threads) if plan.threads > 1 else None
+
+
+def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str) -> Auto:
+    """Calibrate (or read the cache), choose and apply the plan; print the choice. Ray
+    starts here, in the run's ``namespace``, to tell the nodes' CPUs."""
+    from walle_ray.runtime.calibrate import calibrate, local_cfg
+    from walle_ray.runtime.ray_init import start_ray
+
+    if algo.reads_dataset:
+        raise ConfigError(f"topology=auto plans samplers, and algo={cfg.algo.name} reads a "
+                          "dataset instead; use topology=0a1m1l")
+    if cfg.learner.num_gpus:
+        raise ConfigError("topology=auto measures learners on this CPU, not on GPUs; with "
+                          "learner.num_gpus give a topology, e.g. topology=8a1m1l")
+    from walle_ray.algos import validate
+
+    trial = local_cfg(cfg, cfg.env.envs_per_sampler)
+    validate(trial, algo)  # bad settings are said before any calibration
+    start_ray(cfg.run.ray_address, cfg.run.ray_num_cpus, namespace=namespace)
+    cpus = node_cpus()
+    t0 = time.perf_counter()
+    print(f"walle_ray: topology=auto: calibrating on {sum(cpus):g} CPUs in "
+          f"{len(cpus)} node(s)...", flush=True)
+    costs, cached = calibrate(cfg, algo, obs_space, action_space, max(cpus),
+                              cfg.topology.auto_calibrate_s)
+    auto = Auto(costs, choose(costs, cpus), cpus, cached, time.perf_counter() - t0)
+    apply(cfg, auto.plan)
+    how = "costs from the cache" if cached else f"calibrated in {auto.calibrate_s:.0f} s"
+    print(f"walle_ray: {auto.plan.line(costs)} ({how}; {held(costs)})", flush=True)
+    return auto
+
+
+class Replan(RoleDied):
+    """The cluster's CPUs changed and topology=auto would split the work differently: the
+    driver checkpoints and rebuilds the roles as the new plan says (not a restart)."""
+
+
+def plan_for(auto: Auto, cpus: list[float]) -> Plan:
+    """The best plan for nodes of ``cpus`` CPUs with the memories and learners of the
+    current plan (the checkpoint's state is theirs)."""
+    return choose(auto.costs, cpus, keep=auto.plan)
+
+
+def replan(cfg: DictConfig, auto: Auto) -> bool:
+    """Choose again for the cluster's CPUs now; True where the plan changed, and was
+    applied to ``cfg``."""
+    cpus = node_cpus()
+    if sorted(cpus) == sorted(auto.cpus):
+        return False
+    before, auto.cpus = auto.plan, cpus
+    auto.plan = plan_for(auto, cpus)
+    print(f"walle_ray: the cluster now has {sum(cpus):g} CPUs in {len(cpus)} node(s): "
+          f"{auto.plan.line(auto.costs)}"
+          + ("" if auto.plan.spec == before.spec else f" (was {before.spec})"), flush=True)
+    if (auto.plan.spec, auto.plan.threads) == (before.spec, before.threads):
+        return False
+    auto.replans += 1
+    apply(cfg, auto.plan)
+    return True
+
+
+class ClusterWatch:
+    """A driver hook (``runtime/loop.py``): every ``every_s`` it reads the cluster's nodes,
+    and where their CPUs changed so that the plan would, raises ``Replan``. A lost node that
+    ran roles is found sooner, by the roles' failure, and the rebuild re-plans too."""
+
+    def __init__(self, auto: Auto, every_s: float = 10.0):
+        self.auto, self.every_s = auto, every_s
+        self.next_at = time.perf_counter() + every_s
+
+    def __call__(self, record: dict) -> dict:
+        now = time.perf_counter()
+        if now < self.next_at:
+            return {}
+        self.next_at = now + self.every_s
+        cpus = node_cpus()
+        if sorted(cpus) != sorted(self.auto.cpus):
+            plan = plan_for(self.auto, cpus)
+            if (plan.spec, plan.threads) == (self.auto.plan.spec, self.auto.plan.threads):
+                self.auto.cpus = cpus
+            else:
+                raise Replan(f"the cluster's CPUs went from {sum(self.auto.cpus):g} to "
+                             f"{sum(cpus):g}; topology=auto would now run {plan.spec}")
+        return {}
