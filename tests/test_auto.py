@@ -85,6 +85,47 @@ def test_costs_round_trip_through_json():
     assert plan.spec == "2a1m1l" and plan.rate > 0
 
 
+@pytest.mark.parametrize("costs", [async_costs(), async_costs(env_s=1e-4, update_s={1: 1.0, 2: 0.55}),
+                                   async_costs(env_s=5e-3, update_s={1: 0.01}),
+                                   async_costs(free_running=True, steps_per_update=0.0),
+                                   sync_costs(), sync_costs(act_s=0.0, env_s=1e-3)])
+def test_every_plan_chosen_is_one_the_resource_plan_accepts(costs):
+    """What auto chooses starts: its CPU shares fit (``plan_resources``), no working process
+    gets less than a waiting one (``check_shares``), and the plan says what it was made of."""
+    from walle_ray.topology import check_shares, parse_topology, plan_resources
+
+    for cpus in ([1.0], [2.0], [4.0], [1.0, 2.0], [2.0, 2.0, 4.0], [16.0]):
+        plan = choose(costs, cpus)
+        topo = parse_topology(plan.spec)
+        processes = topo if costs.loop == "async" else parse_topology(
+            f"{plan.samplers}a{plan.memories}m{plan.learners}l")
+        shares = plan_resources(processes, sum(cpus))
+        check_shares(shares, topo, processes, "fewer")
+        assert plan.threads <= max(cpus) and plan.rate > 0 and plan.bound
+        if costs.free_running:
+            assert "learner-bound" not in plan.limits
+
+
+def test_a_damaged_or_foreign_cache_is_not_taken_for_costs():
+    good = async_costs().to_json()
+    assert Costs.from_json(good) == async_costs()
+    for bad in ({**good, "steps_per_update": 0}, {**good, "update_s": {}},
+                {**good, "env_s": "1e-3"}, {**good, "env_s": float("nan")},
+                {**good, "loop": "other"}, {**good, "update_s": {"1": -1.0}},
+                {k: v for k, v in good.items() if k != "env_s"}):
+        with pytest.raises(ValueError, match="not a set of costs"):
+            Costs.from_json(bad)
+
+
+def test_a_replan_that_cannot_keep_its_memories_fed_gives_them_samplers():
+    costs = async_costs(update_s={1: 2.0}, learner_counts=(1, 2, 4))
+    wide = choose(costs, [1.0, 1.0, 1.0, 1.0])
+    assert wide.learners > 1
+    narrow = choose(costs, [1.0], keep=wide)  # one node left: the kept learners stay
+    assert (narrow.memories, narrow.learners) == (wide.memories, wide.learners)
+    assert narrow.samplers >= narrow.memories and narrow.rate > 0
+
+
 def test_a_run_with_too_little_measured_says_so():
     assert costs_from_report({"totals": {"samplers": {}, "learners": {}}}, {}) is None
 

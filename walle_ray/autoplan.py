@@ -27,6 +27,7 @@ This module imports neither torch nor Ray: the report command uses it in an inst
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 # CPUs the driver keeps busy (its loop, Ray's calls), and what each role process costs
@@ -58,6 +59,9 @@ class Costs:
     total_envs: int = 0  # sync: the envs held (the fragment length is the batch over them)
     learner_counts: tuple = (1,)  # learner counts the algorithm's rule accepts for this batch
     gpus_per_learner: float = 0.0  # learner.num_gpus: update_s is a GPU's then
+    # The learners update as fast as they can, whatever the samplers bring (a replay memory
+    # without a replay ratio): no agent steps per update, a learner busy all the time.
+    free_running: bool = False
 
     def sampler_s(self, envs: int) -> float:
         """A sampler process's CPU seconds per agent step: its envs, its act, handing the
@@ -92,11 +96,26 @@ class Costs:
 
     @classmethod
     def from_json(cls, data: dict) -> "Costs":
-        data = dict(data)
-        for key in ("update_s", "update_cpu_s"):
-            data[key] = {int(k): float(v) for k, v in data.get(key, {}).items()}
-        data["learner_counts"] = tuple(int(n) for n in data.get("learner_counts", (1,)))
-        return cls(**data)
+        """Costs from their JSON (a cache file: numbers only, checked); ValueError where
+        anything is missing, of the wrong type or out of range."""
+        try:
+            data = {key: data[key] for key in data if key in cls.__dataclass_fields__}
+            for key in ("update_s", "update_cpu_s"):
+                data[key] = {int(k): _number(v) for k, v in dict(data.get(key, {})).items()}
+            data["learner_counts"] = tuple(int(n) for n in data.get("learner_counts", (1,)))
+            costs = cls(**data)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a set of costs: {exc}") from None
+        numbers = [costs.env_s, costs.act_s, costs.memory_s, costs.move_s,
+                   costs.steps_per_update, *costs.update_s.values(), *costs.update_cpu_s.values()]
+        if (costs.loop not in ("sync", "async") or not costs.update_s
+                or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in numbers)
+                or min(costs.update_s.values()) <= 0 or costs.sampler_s(1) <= 0
+                or costs.envs_per_sampler < 1 or min(costs.learner_counts, default=0) < 1
+                or (costs.steps_per_update <= 0 and not costs.free_running)
+                or (costs.loop == "sync" and costs.total_envs < 1)):
+            raise ValueError("not a set of costs: a value is missing or out of range")
+        return costs
 
 
 @dataclass(frozen=True)
@@ -156,16 +175,26 @@ def predict(costs: Costs, plan: Plan, cpus: list[float]) -> Plan:
         limits = {"collect_s": collect, "learn_s": update}
         return _with(plan, rate, bound, limits)
     # A fragment's rows go sampler -> memory -> learner: a second move, in the readers.
-    per_step = sampler + costs.memory_s + costs.move_s + learner_cpu / costs.steps_per_update
-    limits = {
-        "sampler-bound": plan.samplers / sampler,
-        "learner-bound": costs.steps_per_update / update,
-        "CPU-bound": max(0.0, spare) / per_step,
-    }
+    per_step = sampler + costs.memory_s + costs.move_s
+    if costs.free_running:  # busy learner threads take their turns on the CPUs as samplers do
+        busy = 0 if costs.gpus_per_learner else threads * plan.learners
+        spare *= plan.samplers / (plan.samplers + busy)
+        limits = {"sampler-bound": plan.samplers / sampler}
+    else:
+        per_step += learner_cpu / costs.steps_per_update
+        limits = {"sampler-bound": plan.samplers / sampler,
+                  "learner-bound": costs.steps_per_update / update}
+    limits["CPU-bound"] = max(0.0, spare) / per_step
     if costs.memory_s > 0:
         limits["memory-bound"] = memory_procs / costs.memory_s
     bound = min(limits, key=limits.get)
     return _with(plan, limits[bound], bound, limits)
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
 
 
 def _with(plan: Plan, rate: float, bound: str, limits: dict) -> Plan:
@@ -173,8 +202,10 @@ def _with(plan: Plan, rate: float, bound: str, limits: dict) -> Plan:
                 plan.envs_per_sampler, rate, bound, {k: float(v) for k, v in limits.items()})
 
 
-def candidates(costs: Costs, cpus: list[float], gpus: float = 0.0) -> list[Plan]:
-    """Every split the model weighs on nodes of ``cpus`` CPUs with ``gpus`` GPUs in all."""
+def candidates(costs: Costs, cpus: list[float], gpus: float = 0.0,
+               keep: Plan | None = None) -> list[Plan]:
+    """Every split the model weighs on nodes of ``cpus`` CPUs with ``gpus`` GPUs in all; with
+    ``keep``, those with its memories and learners only."""
     total, biggest = sum(cpus), max(cpus)
     out = []
     # One learner process takes a node's threads; more only across nodes (or GPUs).
@@ -182,10 +213,14 @@ def candidates(costs: Costs, cpus: list[float], gpus: float = 0.0) -> list[Plan]
     if costs.gpus_per_learner > 0:  # one learner per GPU share the cluster has
         fit = int(gpus / costs.gpus_per_learner + 1e-9)
         learner_counts = [n for n in costs.learner_counts if n <= fit] or [1]
+    if keep is not None:
+        learner_counts = [keep.learners]
     for learners in learner_counts:
         most = min(MAX_THREADS, max(1, int(biggest)), max(1, int(total) // learners))
+        memory_counts = ([keep.memories] if keep is not None
+                         else _memory_counts(costs, learners, total))
         for threads in range(1, most + 1):
-            for memories in _memory_counts(costs, learners, total):
+            for memories in memory_counts:
                 for samplers, envs in _sampler_splits(costs, total):
                     # every memory needs a sampler, and a synchronous learner its own ones
                     if samplers < memories or (costs.loop == "sync" and samplers % learners):
@@ -214,10 +249,10 @@ def choose(costs: Costs, cpus: list[float], gpus: float = 0.0, keep: Plan | None
     """The plan with the best predicted rate; among those within ``TIE`` of it, the one with
     the fewest processes, then the fewest threads. With ``keep``, only plans with its
     memories and learners (a re-plan keeps what the checkpoint's state is made of)."""
-    plans = [predict(costs, plan, cpus) for plan in candidates(costs, cpus, gpus)
-             if keep is None or (plan.memories, plan.learners) == (keep.memories, keep.learners)]
-    if not plans:
-        return predict(costs, keep, cpus)
+    plans = [predict(costs, plan, cpus) for plan in candidates(costs, cpus, gpus, keep)]
+    if not plans:  # too few samplers could ever feed the kept memories: as many as they need
+        plans = [predict(costs, Plan(max(keep.memories, keep.learners), keep.memories,
+                                     keep.learners, 1, costs.envs_per_sampler), cpus)]
     best = max(plan.rate for plan in plans)
     close = [p for p in plans if p.rate >= (1.0 - TIE) * best]
     return min(close, key=lambda p: (p.processes, p.threads, -p.rate))
@@ -239,13 +274,12 @@ def costs_from_report(report: dict, config: dict) -> Costs | None:
     if not cpu or not steps or not updates or not learn_cpu:
         return None
     run = report.get("run", {})
-    threads = int(run.get("threads") or 1)
     envs = int((config.get("env") or {}).get("envs_per_sampler", 1))
     sync = run.get("loop") == "sync"
     counts = (report.get("auto") or {}).get("costs", {}).get("learner_counts")
     return Costs(loop="sync" if sync else "async", envs_per_sampler=envs, env_s=cpu / steps,
-                 act_s=0.0, update_s={threads: learn_cpu / updates / threads},
-                 update_cpu_s={threads: learn_cpu / updates},
+                 # an update's CPU seconds, as one thread would spend them
+                 act_s=0.0, update_s={1: learn_cpu / updates}, update_cpu_s={1: learn_cpu / updates},
                  steps_per_update=steps / updates,
                  total_envs=envs * int(report.get("samplers", {}).get("count") or 1) if sync else 0,
                  learner_counts=tuple(counts or (int(run.get("learners") or 1),)))

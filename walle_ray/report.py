@@ -309,7 +309,7 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
     report = {
         "format": FORMAT_VERSION,
         "run": {**{k: meta.get(k) for k in ("algo", "env", "topology", "loop", "local",
-                                             "learners", "threads", "cpus")},
+                                             "learners", "cpus")},
                 "segments": totals.get("segments", 1), "wall_s": wall,
                 "env_steps": counters.get("env_steps", sum(s["env_steps"] for s in
                                                            samplers["per_sampler"])),
@@ -347,7 +347,11 @@ def auto_line(auto: dict) -> str:
             f"sampler and {plan['threads']} learner thread{'s' if plan['threads'] != 1 else ''}: "
             f"predicted {plan['rate']:.0f} agent steps/s ({plan['bound']})")
     if measured:
-        text += f", measured {measured:.0f} ({measured / plan['rate']:.2f}x)"
+        text += f", measured {measured:.0f}"
+        text += f" ({measured / plan['rate']:.2f}x)" if plan["rate"] > 0 else ""
+    if auto.get("replans"):
+        text += (f"; it re-planned {auto['replans']} time(s) as the cluster changed (the "
+                 "measured rate spans every plan)")
     return text
 
 

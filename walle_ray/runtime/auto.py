@@ -53,18 +53,21 @@ def node_cpus() -> list[float]:
 
 
 def apply(cfg: DictConfig, plan: Plan) -> None:
-    """Write ``plan`` into the run's config: the topology, envs per sampler, learner threads
-    (and as many CPUs asked for each learner), one process per role."""
+    """Write ``plan`` into the run's config: the topology, envs per sampler, learner threads,
+    one process per role. The CPU shares Ray reserves stay the fitted ones (``plan_resources``):
+    a learner's threads share the CPUs with the samplers, as the model counts them."""
     cfg.topology.spec = plan.spec
     cfg.topology.pack = "off"  # the model counts a process per role
     cfg.env.envs_per_sampler = plan.envs_per_sampler
     cfg.learner.torch_threads = plan.threads
-    cfg.topology.learner_cpus = float(plan.threads) if plan.threads > 1 else None
 
 
-def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str) -> Auto:
+def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str,
+              resumed: str | None = None) -> Auto:
     """Calibrate (or read the cache), choose and apply the plan; print the choice. Ray
-    starts here, in the run's ``namespace``, to tell the nodes' CPUs."""
+    starts here, in the run's ``namespace``, to tell the nodes' CPUs. ``resumed``: the
+    topology of the checkpoint a resumed run starts from, whose memories and learners the
+    plan keeps (their state is the checkpoint's)."""
     from walle_ray.runtime.calibrate import calibrate, local_cfg
     from walle_ray.runtime.ray_init import start_ray
 
@@ -74,6 +77,10 @@ def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str) ->
     if cfg.learner.num_gpus:
         raise ConfigError("topology=auto measures learners on this CPU, not on GPUs; with "
                           "learner.num_gpus give a topology, e.g. topology=8a1m1l")
+    for key in ("sampler_cpus", "learner_cpus"):
+        if cfg.topology[key] is not None:
+            raise ConfigError(f"topology.{key}: topology=auto fits the CPU shares itself; "
+                              f"leave topology.{key} unset, or give a topology")
     from walle_ray.algos import validate
 
     trial = local_cfg(cfg, cfg.env.envs_per_sampler)
@@ -85,7 +92,13 @@ def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str) ->
           f"{len(cpus)} node(s)...", flush=True)
     costs, cached = calibrate(cfg, algo, obs_space, action_space, max(cpus),
                               cfg.topology.auto_calibrate_s)
-    auto = Auto(costs, choose(costs, cpus), cpus, cached, time.perf_counter() - t0)
+    keep = None
+    if resumed is not None:
+        from walle_ray.topology import parse_topology
+
+        kept = parse_topology(resumed)
+        keep = Plan(kept.samplers, kept.memories, kept.learners, 1, costs.envs_per_sampler)
+    auto = Auto(costs, choose(costs, cpus, keep=keep), cpus, cached, time.perf_counter() - t0)
     apply(cfg, auto.plan)
     how = "costs from the cache" if cached else f"calibrated in {auto.calibrate_s:.0f} s"
     print(f"walle_ray: {auto.plan.line(costs)} ({how}; {held(costs)})", flush=True)
@@ -126,13 +139,15 @@ class ClusterWatch:
     and where their CPUs changed so that the plan would, raises ``Replan``. A lost node that
     ran roles is found sooner, by the roles' failure, and the rebuild re-plans too."""
 
-    def __init__(self, auto: Auto, every_s: float = 10.0):
-        self.auto, self.every_s = auto, every_s
+    def __init__(self, auto: Auto, stopping, every_s: float = 10.0):
+        """``stopping()``: whether the run is stopping (its budget spent, a signal): then
+        the cluster is left as it is."""
+        self.auto, self.stopping, self.every_s = auto, stopping, every_s
         self.next_at = time.perf_counter() + every_s
 
     def __call__(self, record: dict) -> dict:
         now = time.perf_counter()
-        if now < self.next_at:
+        if now < self.next_at or self.stopping():
             return {}
         self.next_at = now + self.every_s
         cpus = node_cpus()

@@ -6,16 +6,17 @@ env's ``envs_per_sampler`` collects, and the learner updates on what it collecte
 run would. CPU time (``time.process_time``, every thread of this process: an env's thread,
 torch's intra-op threads) is read around each part:
 
-- the sampler's collect, per agent step; a synchronous algorithm's sampler also at the
-  run's other width (all its envs in one sampler), which splits off an act's fixed part;
+- the sampler's collect, per agent step, with one torch thread and after its first fragment;
+  a synchronous algorithm's sampler also at the run's other width (all its envs in one
+  sampler), which splits off an act's fixed part;
 - the learner's update, per update, with one torch thread and then two (where a node has
   two CPUs), after the first updates (which build and compile);
 - the memories' ``put`` and ``sample``, per agent step (asynchronous algorithms);
 - agent steps per update: what was collected over the updates it fed.
 
 The cache (``$WALLE_CACHE_DIR`` or ``~/.cache/walle_ray``, ``auto/<key>.json``) is keyed by
-the CPU, torch's version and the run's algo, env, model and learner sections: JSON numbers,
-read as data.
+the CPU, torch's version, the run's algo, env and model sections and ``learner.num_gpus``;
+only its numbers are read, each checked (``Costs.from_json``).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def local_cfg(cfg: DictConfig, envs: int) -> DictConfig:
 class _Clock:
     """CPU seconds and calls of one wrapped method."""
 
-    def __init__(self):
-        self.cpu, self.wall, self.calls, self.on = 0.0, 0.0, 0, True
+    def __init__(self, on: bool = True):
+        self.cpu, self.wall, self.calls, self.on = 0.0, 0.0, 0, on
         self.last = None  # what the last call returned
 
     def wrap(self, fn):
@@ -117,10 +118,10 @@ def _measure(cfg: DictConfig, algo, obs_space, action_space, budget_s: float,
 
     trial = local_cfg(cfg, cfg.env.envs_per_sampler)
     fleet = LocalFleet(trial, algo, parse_topology("local"), obs_space, action_space)
-    sampler, memory = _Clock(), _Clock()
+    sampler, memory = _Clock(on=False), _Clock()  # the first fragment builds what it needs
     learner = {t: _Clock() for t in thread_counts}
     before = torch.get_num_threads()
-    steps = updates = counted_steps = 0
+    steps = updates = counted_steps = sampler_steps = 0
     try:
         for s in fleet.samplers:
             s.collect = sampler.wrap(s.collect)
@@ -129,6 +130,7 @@ def _measure(cfg: DictConfig, algo, obs_space, action_space, budget_s: float,
                 if hasattr(m, name):
                     setattr(m, name, memory.wrap(getattr(m, name)))
         update = fleet.learner.update
+        free_running = any(getattr(m, "free_running", False) for m in fleet.memories)
         fleet.start()
         start = time.perf_counter()
         for phase, t in enumerate(thread_counts):
@@ -138,9 +140,13 @@ def _measure(cfg: DictConfig, algo, obs_space, action_space, budget_s: float,
             phase_end = start + budget_s * (phase + 1) / len(thread_counts)
             while True:
                 clock.on = updates >= WARMUP_UPDATES  # the first ones build and compile
+                # Samplers run one torch thread: their fragments are measured in the first
+                # phase only, after the first (which builds what it needs).
+                sampler.on = phase == 0 and steps > 0
                 step = fleet.step(steps)
                 got = sum(r["env_steps"] for r in step.reports)
                 steps += got
+                sampler_steps += got if sampler.on else 0
                 updates += sum(int(m.get("updates", 1)) for m in step.learned)
                 counted_steps += got if clock.on else 0
                 now = time.perf_counter()
@@ -151,7 +157,8 @@ def _measure(cfg: DictConfig, algo, obs_space, action_space, budget_s: float,
         fleet.shutdown()
     counted = sum(c.calls for c in learner.values())
     fragment = sampler.last[0] if sampler.last else None
-    return {"sampler_cpu": sampler.cpu, "sampler_steps": steps, "memory_cpu": memory.cpu,
+    return {"sampler_cpu": sampler.cpu, "sampler_steps": sampler_steps, "steps": steps,
+            "memory_cpu": memory.cpu, "free_running": free_running,
             "move_s": _move_s(fragment, sampler.last[1]["env_steps"]) if fragment else 0.0,
             "update_s": {t: c.wall / c.calls for t, c in learner.items() if c.calls},
             "update_cpu_s": {t: c.cpu / c.calls for t, c in learner.items() if c.calls},
@@ -212,21 +219,26 @@ def calibrate(cfg: DictConfig, algo, obs_space, action_space, biggest_node_cpus:
               budget_s: float) -> tuple[Costs, bool]:
     """The run's costs, from the cache or measured in about ``budget_s`` seconds; and
     whether they came from the cache."""
-    threads = [1, 2] if biggest_node_cpus >= 2 and not cfg.learner.num_gpus else [1]
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = [1, 2] if min(biggest_node_cpus, usable or 1) >= 2 else [1]
     key, what = cache_key(cfg, threads)
     path = cache_dir() / f"{key}.json"
     if path.is_file():
         try:
-            return Costs.from_json(json.loads(path.read_text())["costs"]), True
-        except (ValueError, KeyError, TypeError):
-            pass  # a damaged cache file is measured again
+            costs = Costs.from_json(json.loads(path.read_text())["costs"])
+            if (costs.loop, costs.envs_per_sampler) == (algo.loop, int(cfg.env.envs_per_sampler)):
+                return costs, True
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass  # a damaged or foreign cache file is measured again
     sync = algo.loop == "sync"
     envs = int(cfg.env.envs_per_sampler)
     total_envs = 2 * envs if sync else 0  # a synchronous run holds the default topology's envs
     share = 0.35 if sync else 0.0
     measured = _measure(cfg, algo, obs_space, action_space, budget_s * (1 - share), threads)
-    if not measured["update_s"] or not measured["steps_per_update"]:
-        raise ConfigError(f"topology=auto: no learner update in {3 * budget_s:.0f} s of "
+    if not measured["update_s"] or not measured["sampler_steps"] or (
+            not measured["steps_per_update"] and not measured["free_running"]):
+        raise ConfigError(f"topology=auto: no learner update in "
+                          f"{3 * budget_s * (1 - share):.0f} s of "
                           "calibration (a long warm-up, e.g. algo.learning_starts); give the "
                           "run a topology such as topology=2a1m1l")
     per_step = measured["sampler_cpu"] / measured["sampler_steps"]
@@ -239,8 +251,8 @@ def calibrate(cfg: DictConfig, algo, obs_space, action_space, biggest_node_cpus:
     costs = Costs(loop=algo.loop, envs_per_sampler=envs, env_s=env_s, act_s=act_s,
                   update_s=measured["update_s"], update_cpu_s=measured["update_cpu_s"],
                   steps_per_update=measured["steps_per_update"], move_s=measured["move_s"],
-                  memory_s=(measured["memory_cpu"] / measured["sampler_steps"]
-                            if not sync else 0.0),
+                  memory_s=(measured["memory_cpu"] / measured["steps"] if not sync else 0.0),
+                  free_running=measured["free_running"],
                   total_envs=total_envs, learner_counts=learner_counts(cfg, algo),
                   gpus_per_learner=float(cfg.learner.num_gpus))
     path.parent.mkdir(parents=True, exist_ok=True)

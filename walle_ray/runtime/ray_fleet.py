@@ -423,7 +423,10 @@ class RayFleet:
         if self.overlap:
             for p in range(len(self.samplers)):
                 self._call_sampler(p)
-        metrics, (self.version, self.weights) = self._get(calls, "learners")[0]
+        answers = self._get(calls, "learners")
+        metrics, (self.version, self.weights) = answers[0]
+        # the update's CPU seconds are every learner process's (the bottleneck report's)
+        metrics["learn_cpu_s"] = sum(m.get("learn_cpu_s", 0.0) for m, _ in answers)
         t2 = time.perf_counter()
         rows = sum(r["env_steps"] for r in reports)
         return Step(reports, [timed_update(metrics, rows, t2 - t1)],

@@ -30,6 +30,21 @@ def memory_fill(stats: dict) -> tuple[float, float]:
     return float(fill), float(size)
 
 
+def run_meta(cfg, algo, topo) -> tuple[dict, object]:
+    """A run's names for its report, and the memories sampler i writes to."""
+    rows = cfg.env.envs_per_sampler if algo.deals_rows else None
+    routes = [topo.memories_of_sampler(i, rows) for i in range(topo.samplers)]
+    feeders = [sum(k in r for r in routes) for k in range(topo.memories)]
+    if algo.reads_dataset:  # no samplers, whatever the topology says (topology=local)
+        feeders = [0] * topo.memories
+    meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
+            "loop": algo.loop, "local": bool(topo.local), "offline": algo.reads_dataset,
+            "learners": topo.learners, "feeders": feeders,
+            "samplers": 0 if algo.reads_dataset else topo.samplers,
+            "gpu": not topo.local and cfg.learner.num_gpus > 0}
+    return meta, (lambda i: topo.memories_of_sampler(i, rows))
+
+
 class RunTimes:
     """Adds up where each role's time goes over a run, from what the driver loop already
     receives: sampler reports, learner metrics, synchronous timings, memory stats.
@@ -60,17 +75,7 @@ class RunTimes:
     def for_run(cls, cfg, algo, topo, run_dir: Path, resumed: bool) -> "RunTimes":
         """The accumulator of a run with this config, algorithm and topology; a resumed run
         picks up the totals of ``<run dir>/report.json`` (or of the run it resumes from)."""
-        rows = cfg.env.envs_per_sampler if algo.deals_rows else None
-        routes = [topo.memories_of_sampler(i, rows) for i in range(topo.samplers)]
-        feeders = [sum(k in r for r in routes) for k in range(topo.memories)]
-        if algo.reads_dataset:  # no samplers, whatever the topology says (topology=local)
-            feeders = [0] * topo.memories
-        meta = {"algo": cfg.algo.name, "env": cfg.env.name, "topology": str(topo),
-                "loop": algo.loop, "local": bool(topo.local), "offline": algo.reads_dataset,
-                "learners": topo.learners, "feeders": feeders,
-                "samplers": 0 if algo.reads_dataset else topo.samplers,
-                "gpu": not topo.local and cfg.learner.num_gpus > 0,
-                "threads": int(cfg.learner.torch_threads or 1)}
+        meta, memories_of_sampler = run_meta(cfg, algo, topo)
         previous = None
         if resumed:
             source = Path(cfg.run.resume)
@@ -78,7 +83,13 @@ class RunTimes:
                 if (where / REPORT_FILE).is_file():
                     previous = json.loads((where / REPORT_FILE).read_text()).get("totals")
                     break
-        return cls(meta, lambda i: topo.memories_of_sampler(i, rows), previous)
+        return cls(meta, memories_of_sampler, previous)
+
+    def replanned(self, cfg, algo, topo) -> None:
+        """The run goes on with another topology (``topology=auto`` re-planned): its names and
+        routes are the new topology's from now on."""
+        meta, self.memories_of_sampler = run_meta(cfg, algo, topo)
+        self.meta.update(meta)
 
     def add_sampler(self, report: dict) -> None:
         """One sampler call's report (one fragment, or a call's sum over its fragments)."""

@@ -30,7 +30,7 @@ from walle_ray.runtime.files import write_text_atomic
 from walle_ray.runtime.auto import ClusterWatch, Replan, is_auto, node_cpus, plan_auto, replan
 from walle_ray.runtime.fleet import RoleDied, RoleError
 from walle_ray.runtime.footprint import Footprint
-from walle_ray.runtime.loop import Periodic, run_loop
+from walle_ray.runtime.loop import Periodic, run_loop, stop_reason
 from walle_ray.report import run_cost
 from walle_ray.runtime.milestones import Milestones, milestone_targets
 from walle_ray.runtime.run_dir import check_run_dir, taken
@@ -236,7 +236,11 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     auto = None
     if is_auto(cfg):  # measure, choose, and write the choice into cfg (runtime/auto.py)
         check_run_dir(Path(run_dir), cfg.run.resume)
-        auto = plan_auto(cfg, algo, obs_space, action_space, f"walle_ray-{Path(run_dir).name}")
+        resumed = None
+        if cfg.run.resume:  # the plan keeps the memories and learners the checkpoint holds
+            resumed = load_checkpoint(Path(cfg.run.resume))["config"]["topology"]["spec"]
+        auto = plan_auto(cfg, algo, obs_space, action_space, f"walle_ray-{Path(run_dir).name}",
+                         resumed)
     topo = parse_topology(cfg.topology.spec)
     check_user_model(algo, obs_space, action_space, cfg)  # model._target_: one build, one forward
     check_samplers(topo, cfg.algo.name, algo.reads_dataset)
@@ -337,12 +341,15 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             from walle_ray.runtime.ray_init import settle_nodes
 
             settle_nodes()
+        replanned = auto is not None and replan(cfg, auto)
+        if replanned:  # the run's config and report say what runs now
+            topo = parse_topology(cfg.topology.spec)
+            write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+            times.replanned(cfg, algo, topo)
         if auto is not None:
-            if replan(cfg, auto):
-                topo = parse_topology(cfg.topology.spec)
             times.meta.update(auto=auto.to_json(), cpus=auto.cpus)
         fleet = make_fleet(cfg, algo, topo, obs_space, action_space, namespace=namespace,
-                           stall_dir=run_dir / "stalls")
+                           first=replanned, stall_dir=run_dir / "stalls")
         fleet.faults = faults
         fleet.faults["role_restarts"] = counters.get("restarts", 0)
         last = run_dir / "checkpoints" / "last.pt"
@@ -354,8 +361,8 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     times = RunTimes.for_run(cfg, algo, topo, run_dir, resumed=ckpt is not None)  # report.json
     if auto is not None:
         times.meta["auto"] = auto.to_json()
-    times.meta["cpus"] = (auto.cpus if auto is not None else [float(cpu_count())] if topo.local
-                          else node_cpus())
+    times.meta["cpus"] = (auto.cpus if auto is not None else [float(cpu_count() or 1)]
+                          if topo.local else node_cpus())
     stopped_by = "error"
     start = (time.perf_counter(), counters["env_steps"])
     signals.starting = False
@@ -367,11 +374,13 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
 
         hooks = [Periodic("env_steps", eval_every, evaluation,
                           counters["env_steps"])] if evaluation else []
-        hooks += [ClusterWatch(auto)] if auto is not None else []
         hooks += [Footprint(lambda: fleet, counters), milestones,
                   Periodic("iteration", 1, report, counters["iterations"]),
                   Periodic("iteration", cfg.run.checkpoint_every, lambda _: checkpoint(),
                            counters["iterations"])]
+        if auto is not None:  # last: the record that finds the change is written first
+            hooks.append(ClusterWatch(auto, lambda: stop_reason(
+                cfg, counters, window, start[0], signals) is not None))
         while True:
             try:
                 stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start,
