@@ -164,6 +164,11 @@ def test_topology_auto_calibrates_chooses_reports_and_reuses_its_calibration(tmp
                      env=env).stdout
     assert "costs from the cache" in calibrated(second)
     assert json.loads((tmp_path / "b" / "report.json").read_text())["auto"]["cached"]
+    # A resumed auto run chooses again, with its checkpoint's memories and learners.
+    again = run_cli(f"run.resume={tmp_path / 'a'}", "run.total_env_steps=44000", env=env).stdout
+    assert "costs from the cache" in calibrated(again) and "resumed at" in again
+    kept = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())["topology"]["spec"]
+    assert kept.split("a", 1)[1] == spec.split("a", 1)[1]  # the same memories and learners
     said = subprocess.run([sys.executable, "-m", "walle_ray.report", str(tmp_path / "a")],
                           capture_output=True, text=True, check=True).stdout
     assert "topology=auto would choose" in said and "predicted" in said
