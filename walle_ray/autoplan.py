@@ -250,6 +250,13 @@ def choose(costs: Costs, cpus: list[float], gpus: float = 0.0, keep: Plan | None
     the fewest processes, then the fewest threads. With ``keep``, only plans with its
     memories and learners (a re-plan keeps what the checkpoint's state is made of)."""
     plans = [predict(costs, plan, cpus) for plan in candidates(costs, cpus, gpus, keep)]
+    if keep is None and not costs.gpus_per_learner:
+        # Split an update across CPU learner processes only where one learner, with every
+        # thread of a node, is what holds the run back: the split's all-reduces are not
+        # measured, and where anything else binds they only cost.
+        one = [p for p in plans if p.learners == 1]
+        if one and max(one, key=lambda p: p.rate).bound != "learner-bound":
+            plans = one
     if not plans:  # too few samplers could ever feed the kept memories: as many as they need
         plans = [predict(costs, Plan(max(keep.memories, keep.learners), keep.memories,
                                      keep.learners, 1, costs.envs_per_sampler), cpus)]
