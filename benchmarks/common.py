@@ -16,23 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine() -> dict:
     """Where a result was measured: figures from different CPUs are not comparable."""
     import ray
     import torch
 
     from walle_ray.models.precision import cpu_features
+    from walle_ray.runtime.calibrate import cpu_model
 
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,

@@ -10,6 +10,7 @@ memories and the parameter server on a third, two samplers on each of two more.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -86,6 +87,21 @@ def wait_for(what: str, check, proc, output: Output, timeout_s: float = 150.0):
     raise AssertionError(f"no {what} within {timeout_s:.0f} s:\n{output.tail()}")
 
 
+@contextlib.contextmanager
+def interrupted_at_the_end(proc: subprocess.Popen, output: Output):
+    """The run ``proc`` goes on while the block runs, then stops on SIGINT (killed where the
+    block failed); its output is read to the end, and it must have exited as SIGINT says."""
+    try:
+        yield
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output.thread.join(timeout=5)
+    assert proc.returncode == 128 + signal.SIGINT, output.tail()
+
+
 @pytest.fixture
 def cluster():
     from ray.cluster_utils import Cluster
@@ -111,7 +127,7 @@ def test_roles_on_several_nodes_and_the_loss_of_nodes(cluster, tmp_path):
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     output = Output(proc)
-    try:
+    with interrupted_at_the_end(proc, output):
         # Placed as the resources say: each learner on its own node, the memories together,
         # two samplers on each sampler node; nothing on the head.
         first = wait_for("placement", lambda: next(  # every role process named
@@ -152,13 +168,6 @@ def test_roles_on_several_nodes_and_the_loss_of_nodes(cluster, tmp_path):
         assert {"memory-0", "memory-1", "ps"} <= set(after[spare.node_id[:8]]), after
         assert "rebuilding the roles from the last checkpoint" in output.text
 
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        output.thread.join(timeout=5)
-    assert proc.returncode == 128 + signal.SIGINT, output.tail()
     assert "stopped (signal)" in output.text and "no final checkpoint" not in output.text
     from walle_ray.runtime.checkpoint import load_checkpoint
 

@@ -4,6 +4,7 @@ cluster's CPUs change (a node lost, a node joined)."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -45,11 +46,22 @@ class Auto:
 
 
 def node_cpus() -> list[float]:
-    """The CPUs of each live node of the Ray cluster this process is connected to."""
+    """The CPUs of each live node of the Ray cluster this process is connected to, as far
+    as they exist: nodes started on this machine (several raylets, or a node given more
+    CPUs than the machine has) share its CPUs, so theirs are scaled to what this process
+    may use here. Nodes elsewhere count as Ray reports them."""
+    import ray
+
     from walle_ray.runtime.ray_init import live_nodes
 
-    cpus = [float(node["Resources"].get("CPU", 0.0)) for node in live_nodes().values()]
-    return [c for c in cpus if c > 0] or [1.0]
+    here = ray.util.get_node_ip_address()
+    nodes = [(node.get("NodeManagerAddress"), float(node["Resources"].get("CPU", 0.0)))
+             for node in live_nodes().values()]
+    nodes = [(address, cpus) for address, cpus in nodes if cpus > 0]
+    local = sum(cpus for address, cpus in nodes if address == here)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    scale = min(1.0, (usable or local) / local) if local else 1.0
+    return [cpus * scale if address == here else cpus for address, cpus in nodes] or [1.0]
 
 
 def apply(cfg: DictConfig, plan: Plan) -> None:

@@ -46,6 +46,7 @@ def cache_dir() -> Path:
 
 
 def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
