@@ -4,7 +4,6 @@ cluster's CPUs change (a node lost, a node joined)."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -52,6 +51,7 @@ def node_cpus() -> list[float]:
     may use here. Nodes elsewhere count as Ray reports them."""
     import ray
 
+    from walle_ray.runtime.process import usable_cpus
     from walle_ray.runtime.ray_init import live_nodes
 
     here = ray.util.get_node_ip_address()
@@ -59,8 +59,7 @@ def node_cpus() -> list[float]:
              for node in live_nodes().values()]
     nodes = [(address, cpus) for address, cpus in nodes if cpus > 0]
     local = sum(cpus for address, cpus in nodes if address == here)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    scale = min(1.0, (usable or local) / local) if local else 1.0
+    scale = min(1.0, usable_cpus() / local) if local else 1.0
     return [cpus * scale if address == here else cpus for address, cpus in nodes] or [1.0]
 
 

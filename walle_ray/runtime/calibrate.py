@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from walle_ray.autoplan import Costs
 from walle_ray.config import ConfigError
 from walle_ray.runtime.files import write_text_atomic
+from walle_ray.runtime.process import usable_cpus
 from walle_ray.topology import parse_topology
 
 FORMAT = 1
@@ -216,21 +217,26 @@ def _sampler_cpu(cfg: DictConfig, algo, obs_space, action_space, envs: int,
         s.close()
 
 
+def cached_costs(path: Path, loop: str, envs_per_sampler: int) -> Costs | None:
+    """The costs a cache file holds for a job of this ``loop`` and ``envs_per_sampler``; None
+    where there is no file, or one damaged or made for another job (measured again then)."""
+    try:
+        costs = Costs.from_json(json.loads(path.read_text())["costs"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return costs if (costs.loop, costs.envs_per_sampler) == (loop, envs_per_sampler) else None
+
+
 def calibrate(cfg: DictConfig, algo, obs_space, action_space, biggest_node_cpus: float,
               budget_s: float) -> tuple[Costs, bool]:
     """The run's costs, from the cache or measured in about ``budget_s`` seconds; and
     whether they came from the cache."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = [1, 2] if min(biggest_node_cpus, usable or 1) >= 2 else [1]
+    threads = [1, 2] if min(biggest_node_cpus, usable_cpus()) >= 2 else [1]
     key, what = cache_key(cfg, threads)
     path = cache_dir() / f"{key}.json"
-    if path.is_file():
-        try:
-            costs = Costs.from_json(json.loads(path.read_text())["costs"])
-            if (costs.loop, costs.envs_per_sampler) == (algo.loop, int(cfg.env.envs_per_sampler)):
-                return costs, True
-        except (ValueError, KeyError, TypeError, AttributeError):
-            pass  # a damaged or foreign cache file is measured again
+    costs = cached_costs(path, algo.loop, int(cfg.env.envs_per_sampler))
+    if costs is not None:
+        return costs, True
     sync = algo.loop == "sync"
     envs = int(cfg.env.envs_per_sampler)
     total_envs = 2 * envs if sync else 0  # a synchronous run holds the default topology's envs

@@ -37,6 +37,13 @@ def keep_freed_memory() -> bool:
         (_M_TOP_PAD, TOP_PAD)))
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity; the machine's where the OS has none)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def prepare_process(torch_threads: int | None = None) -> None:
     """What every role process (``runtime/remote.py``'s workers, and ``LocalFleet`` for the
     driver) does first: keep freed memory for reuse and, in a process that computes with
@@ -46,6 +53,4 @@ def prepare_process(torch_threads: int | None = None) -> None:
     if torch_threads is not None:
         import torch
 
-        usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                  else os.cpu_count() or 1)
-        torch.set_num_threads(max(1, min(torch_threads, usable)))
+        torch.set_num_threads(max(1, min(torch_threads, usable_cpus())))
