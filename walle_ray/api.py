@@ -171,9 +171,14 @@ class Policy:
         if np.issubdtype(self._obs_dtype, np.floating):
             self._obs_dtype = np.dtype(np.float32)
 
-    def act(self, obs) -> np.ndarray:
+    def act(self, obs, action_mask=None) -> np.ndarray:
+        """Actions for ``obs``. An env with Dict observations may also be given one in its
+        own structure (a dict; a list of them for a batch), flattened here. Where the env
+        gives its mask in ``info["action_mask"]`` (``env.action_mask=info``), pass it as
+        ``action_mask`` ([n], or [N, n] for a batch); left out, every action is allowed."""
         from walle_ray.envs.spaces import to_space
 
+        obs = self._flat(obs, action_mask)
         obs = np.asarray(obs, dtype=self._obs_dtype)
         single = obs.shape == self._obs_shape
         if single:
@@ -183,6 +188,53 @@ class Policy:
                              f"[N, {', '.join(map(str, self._obs_shape))}]")
         actions = to_space(self.action_space, np.asarray(self._acting.act(np.ascontiguousarray(obs))))
         return actions[0] if single else actions
+
+    def _flat(self, obs, action_mask):
+        """``obs`` as the samplers saw it: a Dict observation (or a list of them) flattened,
+        an info mask joined to the observation it came with; a masked policy given no mask
+        allows every action."""
+        import gymnasium as gym
+
+        from walle_ray.envs.spaces import MASK_KEY
+
+        space = self.observation_space
+        source, masked = getattr(space, "source", None), getattr(space, "action_mask", None)
+        if action_mask is not None and masked is None:
+            raise ValueError("act: this policy was trained without action masks "
+                             "(env.action_mask=none); call act(obs)")
+        structured = isinstance(obs, dict) or (isinstance(obs, list) and len(obs) > 0
+                                                and isinstance(obs[0], dict))
+        info = masked is not None and space.mask_from == "info" and set(source.spaces) == {"obs", MASK_KEY}
+        if not structured:
+            if action_mask is None and (not info or np.shape(obs)[-1:] == self._obs_shape):
+                return obs  # flat already (or the wrong shape, which act reports)
+            if not info:
+                raise ValueError("act: this policy's env puts its mask in the observation; pass "
+                                 "the Dict observation with its 'action_mask', or the flattened one")
+        batch = isinstance(obs, list) and structured
+        masks = None
+        if action_mask is not None:
+            masks = _mask_rows(action_mask)
+            batch = batch or masks.ndim == 2
+        if not structured and action_mask is None:  # an info env's raw observation, no mask
+            batch = np.shape(obs) != source["obs"].shape
+        rows = list(obs) if batch else [obs]
+        if masks is None:
+            width = masked[1] - masked[0] if masked else 0
+            masks = np.ones((len(rows), width), np.int8)
+        elif masks.ndim == 1:
+            masks = masks[None]
+        if len(rows) != len(masks):
+            raise ValueError(f"act: {len(rows)} observations and {len(masks)} masks")
+        flat = []
+        for row, mask in zip(rows, masks):
+            if isinstance(row, dict):
+                if masked:  # the mask given, else the observation's own, else all allowed
+                    row = {**row, MASK_KEY: mask if action_mask is not None else row.get(MASK_KEY, mask)}
+            else:
+                row = {"obs": row, MASK_KEY: mask}
+            flat.append(gym.spaces.flatten(source, row))
+        return np.stack(flat) if batch else flat[0]
 
     def reset(self, done=None) -> None:
         """Start a recurrent policy's episodes over: all of them, or where ``done`` [N] is
@@ -196,6 +248,15 @@ class Policy:
             raise ValueError(f"reset(done): done has shape {done.shape}; this policy holds the "
                              f"state of {envs} envs (the batch its last act was given)")
         reset(done)
+
+
+def _mask_rows(action_mask) -> np.ndarray:
+    """An action mask as ``act`` is given it, as [n] or [N, n] 0/1: a tuple of one array per
+    MultiDiscrete component is joined, as ``InfoMask`` joins it."""
+    if isinstance(action_mask, tuple):
+        parts = [np.asarray(m) for m in action_mask]
+        return np.concatenate(parts, axis=-1).astype(np.int8)
+    return np.asarray(action_mask).astype(np.int8)
 
 
 def load_policy(checkpoint: str | Path, deterministic: bool = True, seed: int = 0,

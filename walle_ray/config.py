@@ -83,6 +83,10 @@ class EnvConfig:
     # 'package.module.Name' or 'package.module:Name', the other keys its keyword arguments.
     # Not for ALE ids (ale_py's C++ vector env has no gymnasium env to wrap).
     wrappers: list = field(default_factory=list)
+    # Where the env says which actions are allowed (docs/user_code.md, "Action masks"): obs
+    # (a Dict observation's 'action_mask' entry), info (info['action_mask']), none, or auto:
+    # whichever of the two the env has. Policies act, learn and evaluate over allowed actions.
+    action_mask: str = "auto"
     # Atari only (ale_py.AtariVectorEnv)
     obs_size: int = 84  # square frame size: 84 (Nature DQN) or 42 (EasyRL)
     frame_stack: int = 4  # frames stacked per observation
@@ -331,6 +335,9 @@ def validate(cfg: DictConfig) -> None:
     require(cfg.env.max_episode_steps is None or cfg.env.max_episode_steps > 0,
             "env.max_episode_steps", f"got {cfg.env.max_episode_steps}; use a positive number "
             "of steps, or null to keep the env's own time limit")
+    require(cfg.env.action_mask in ("auto", "obs", "info", "none"), "env.action_mask",
+            f"got {cfg.env.action_mask!r}; use auto, obs (a Dict observation's 'action_mask'), "
+            "info (info['action_mask']) or none")
     require(cfg.env.obs_size in (42, 84), "env.obs_size", f"got {cfg.env.obs_size}; use 42 or 84")
     require(cfg.env.frame_stack > 0, "env.frame_stack", "must be positive")
     require(cfg.env.frame_skip > 0, "env.frame_skip", "must be positive")

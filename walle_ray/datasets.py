@@ -143,21 +143,51 @@ def check_datasets(paths: list[str], obs_space: gym.Space, action_space: gym.Spa
                                   "learns from arrays (Box, Discrete, MultiDiscrete, MultiBinary)")
             if not same_space(theirs, ours):
                 source = f" (it was recorded on {info.env_id})" if info.env_id else ""
+                masked = (" or, for a dataset recorded without its action mask, "
+                          "env.action_mask=none" if what == "observations"
+                          and getattr(obs_space, "action_mask", None) else "")
                 raise ConfigError(f"dataset.path: {info.path} holds {what} in {theirs}, but "
                                   f"{env_id} has {ours}{source}; choose the env it was recorded "
-                                  "on (env=...), or record a dataset on this one with mode=collect")
+                                  f"on (env=...){masked}, or record a dataset on this one with "
+                                  "mode=collect")
     from minari.dataset.minari_storage import MinariStorage
 
     for info in infos:  # a whole broken dataset shows in its first episode; memories read all
         if info.episodes:
             first = next(iter(MinariStorage.read(info.path).get_episodes([0])))
             check_finite(first, [str(info.path)])
+    if getattr(obs_space, "action_mask", None) is not None:
+        check_masked_actions(paths, obs_space, action_space)
     episodes = sum(info.episodes for info in infos)
     if episodes < memories:
         raise ConfigError(f"dataset.path: {episodes} episodes cannot be shared among {memories} "
                           f"memories (each reads whole episodes); use at most {max(1, episodes)} "
                           "memories, or record more episodes")
     return infos
+
+
+def check_masked_actions(paths: list[str], obs_space: gym.Space, action_space: gym.Space) -> None:
+    """Every recorded action is one that its observation's action mask allows (a policy
+    that learns from a forbidden one would put all its weight on a log-probability of
+    -1e9); a ConfigError names the first that is not."""
+    from walle_ray.buffers.dataset import head_actions
+    from walle_ray.models.masking import ActionMask
+
+    allowed_of = ActionMask(obs_space.action_mask, action_space).allowed_np
+    nvec = np.asarray(getattr(action_space, "nvec", [getattr(action_space, "n", 0)]))
+    first_column = np.cumsum(nvec) - nvec
+    for e, ep in enumerate(read_episodes(paths, 0, 1)):
+        steps = len(ep["actions"])
+        if not steps:
+            continue
+        allowed = allowed_of(np.asarray(ep["observations"][:steps], np.float32))
+        columns = head_actions(np.asarray(ep["actions"]), action_space).reshape(steps, -1) + first_column
+        ok = np.take_along_axis(allowed, columns, 1).all(1)
+        if not ok.all():
+            t = int(np.flatnonzero(~ok)[0])
+            raise ConfigError(f"dataset.path: episode {e} takes an action at step {t} that its "
+                              "observation's action_mask forbids (recorded with "
+                              "env.action_mask=none?); learn from it with env.action_mask=none")
 
 
 def read_episodes(paths: list[str], shard: int, shards: int) -> Iterator[dict]:

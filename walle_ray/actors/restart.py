@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import traceback
 
+from walle_ray.config import ConfigError
+from walle_ray.envs.masks import NoActionAllowed
 from walle_ray.pulse import PULSE
 
 
@@ -37,8 +39,10 @@ class RestartingSampler:
             except Exception as exc:  # whatever the env raised: rebuild, try again
                 if guarded is not None and guarded.error is exc:
                     raise
-                failures += 1
                 where = f"sampler-{self.sampler.index}"
+                if isinstance(exc, (ConfigError, NoActionAllowed)):  # fresh envs would repeat it
+                    raise SamplerFailed(f"{where}: {exc}") from exc
+                failures += 1
                 if failures >= self.max_failures:
                     raise SamplerFailed(
                         f"{where}: its env failed {failures} times in a row, with fresh envs "

@@ -108,6 +108,10 @@ class PrioritizedReplay:
         """Whether a sampler may put ``item`` now without running ahead of ``replay_ratio``."""
         if self.replay_ratio is None:
             return True
+        if self.sampled > self.replay_ratio * (self.inserted - self.learning_starts):
+            # learners wait for new transitions: a sampler must be let in, however big its
+            # item (n-step transitions flushed at episode ends can exceed the lead)
+            return True
         ahead = self.inserted + item.num_steps - self.learning_starts
         return ahead <= self.sampled / self.replay_ratio + self.lead
 

@@ -57,6 +57,10 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None) -> VectorEnv:
     if is_atari(env_id):
         from walle_ray.envs.atari import AtariEnv
 
+        if cfg.action_mask in ("obs", "info"):
+            raise ConfigError(f"env.action_mask={cfg.action_mask}: ALE games allow every action "
+                              "in every state; remove env.action_mask")
+
         return AtariEnv(env_id, num_envs, obs_size=cfg.obs_size, frame_stack=cfg.frame_stack,
                         frame_skip=cfg.frame_skip, episodic_life=cfg.episodic_life,
                         repeat_action_probability=cfg.repeat_action_probability,
@@ -66,7 +70,8 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None) -> VectorEnv:
 
     kwargs = dict(cfg.kwargs or {})
     try:
-        return GymVectorEnv(env_id, num_envs, cfg.max_episode_steps, kwargs, wrappers)
+        return GymVectorEnv(env_id, num_envs, cfg.max_episode_steps, kwargs, wrappers,
+                            cfg.action_mask)
     except TypeError as exc:
         bad = unexpected_kwarg(exc, kwargs)
         if bad is None:

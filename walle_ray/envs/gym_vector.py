@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 
 from walle_ray.envs.base import Ended
+from walle_ray.envs.masks import InfoMask, MaskCheck, resolve_mode
 from walle_ray.envs.spaces import FlatSpace, flattens
 
 
@@ -19,19 +20,30 @@ class GymVectorEnv:
     """
 
     def __init__(self, env_id: str, num_envs: int, max_episode_steps: int | None = None,
-                 kwargs: dict | None = None, wrappers: list[Callable[[gym.Env], gym.Env]] = ()):
-        """``wrappers`` wrap each env in order (``env.wrappers``). A Dict or Tuple
-        observation is then flattened: ``observation_space`` is its ``FlatSpace``."""
+                 kwargs: dict | None = None, wrappers: list[Callable[[gym.Env], gym.Env]] = (),
+                 action_mask: str = "none"):
+        """``wrappers`` wrap each env in order (``env.wrappers``). ``action_mask``
+        (``env.action_mask``: auto, obs, info or none) says where the env's action mask is
+        (``envs/masks.py``); an info mask is moved into a Dict observation. A Dict or Tuple
+        observation is then flattened: ``observation_space`` is its ``FlatSpace``, with the
+        mask's columns in ``action_mask``."""
         make_kwargs = dict(kwargs or {})
         if max_episode_steps is not None:
             make_kwargs["max_episode_steps"] = max_episode_steps
         self.envs = [self._make(env_id, make_kwargs, wrappers) for _ in range(num_envs)]
         self.num_envs = num_envs
+        mask = resolve_mode(action_mask, self.envs[0], env_id)
+        if mask == "info":
+            self.envs = [InfoMask(env, env_id) for env in self.envs]
         self.observation_space = self.envs[0].observation_space
         if flattens(self.observation_space):
-            self.observation_space = FlatSpace(self.observation_space)
+            self.observation_space = FlatSpace(self.observation_space,
+                                               None if mask == "none" else mask)
             self.envs = [gym.wrappers.FlattenObservation(env) for env in self.envs]
         self.action_space = self.envs[0].action_space
+        # Every observation a policy acts on must allow an action (NoActionAllowed).
+        self._mask_check = (MaskCheck(self.observation_space.action_mask, self.action_space, env_id)
+                            if mask != "none" else None)
         self._box_actions = isinstance(self.action_space, gym.spaces.Box)
         # Discrete actions go to the envs as Python ints; MultiDiscrete and MultiBinary ones
         # as numpy rows of the space's dtype, shifted by its start.
@@ -60,7 +72,10 @@ class GymVectorEnv:
                 env.action_space.seed(seed + i)
         self._returns = [0.0] * self.num_envs
         self._lengths = [0] * self.num_envs
-        return np.asarray(obs, dtype=self._obs_dtype)
+        obs = np.asarray(obs, dtype=self._obs_dtype)
+        if self._mask_check is not None:
+            self._mask_check(obs, self._lengths)
+        return obs
 
     def step(self, actions: np.ndarray, obs: np.ndarray, reward: np.ndarray,
              terminated: np.ndarray, truncated: np.ndarray) -> Ended | None:
@@ -87,6 +102,8 @@ class GymVectorEnv:
                 returns[i], lengths[i] = 0.0, 0
                 o, _ = env.reset()
             obs[i] = o
+        if self._mask_check is not None:
+            self._mask_check(obs, lengths)
         return ended
 
     def close(self) -> None:

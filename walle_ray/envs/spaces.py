@@ -15,6 +15,7 @@ from typing import Union
 import gymnasium as gym
 import numpy as np
 
+MASK_KEY = "action_mask"  # the Dict entry that says which actions are allowed (envs/masks.py)
 
 @dataclass(frozen=True)
 class _Part:
@@ -59,9 +60,14 @@ def _part_shape(sub: gym.Space, size: int) -> tuple:
 class FlatSpace(gym.spaces.Box):
     """The flattened view of a Dict or Tuple space: a 1-D float32 Box of
     ``gymnasium.spaces.flatdim(source)`` columns, laid out as ``gymnasium.spaces.flatten``
-    writes them. ``source`` is the original space; ``unflatten`` takes a batch apart."""
+    writes them. ``source`` is the original space; ``unflatten`` takes a batch apart.
 
-    def __init__(self, source: gym.Space):
+    ``action_mask``: the columns ``(start, stop)`` of the Dict's ``action_mask`` entry, which
+    the policy reads to act only where the mask allows (``envs/masks.py``), or None when the
+    run does not mask; ``mask_from`` says where the env put it (``obs`` or ``info``: the
+    resolved ``env.action_mask``)."""
+
+    def __init__(self, source: gym.Space, mask_from: str | None = None):
         if not isinstance(source, (gym.spaces.Dict, gym.spaces.Tuple)):
             raise TypeError(f"FlatSpace flattens Dict and Tuple spaces; got {source}")
         if not source.is_np_flattenable:
@@ -72,6 +78,11 @@ class FlatSpace(gym.spaces.Box):
                          dtype=np.float32)
         self.source = source
         self.layout = _layout(source)
+        self.mask_from = mask_from
+        self.action_mask: tuple[int, int] | None = None
+        if mask_from:
+            part = self.layout.parts[self.layout.keys.index(MASK_KEY)]
+            self.action_mask = (part.start, part.stop)
 
     def unflatten(self, x):
         """x [..., D] (a torch tensor or numpy array) -> the source's structure: a dict
@@ -80,13 +91,15 @@ class FlatSpace(gym.spaces.Box):
         return _unflatten(self.layout, x)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, FlatSpace) and self.source == other.source
+        return (isinstance(other, FlatSpace) and self.source == other.source
+                and self.action_mask == other.action_mask)
 
     def __hash__(self) -> int:
-        return hash(("FlatSpace", repr(self.source)))
+        return hash(("FlatSpace", repr(self.source), self.action_mask))
 
     def __repr__(self) -> str:
-        return f"FlatSpace({self.shape[0]} columns of {self.source})"
+        masked = f", action mask in columns {self.action_mask}" if self.action_mask else ""
+        return f"FlatSpace({self.shape[0]} columns of {self.source}{masked})"
 
 
 def _unflatten(layout: _Layout, x):

@@ -2,8 +2,9 @@
 
 Registered with gymnasium as ``walle/Counting-v0``, ``walle/Recall-v0``,
 ``walle/CartPoleNoVelocity-v0``, ``walle/Sleep-v0``, ``walle/Faulty-v0``, ``walle/Frames-v0``,
-``walle/Continuous-v0``, ``walle/DictObs-v0``, ``walle/MultiDiscrete-v0`` and
-``walle/MultiBinary-v0`` so they go through the same ``env.id=...`` path as any other env.
+``walle/Continuous-v0``, ``walle/DictObs-v0``, ``walle/MultiDiscrete-v0``,
+``walle/MultiBinary-v0``, and the masked envs of ``envs/games.py`` (``walle/Othello-v0``,
+``walle/RandomMask-v0``) so they go through the same ``env.id=...`` path as any other env.
 """
 
 from __future__ import annotations
@@ -351,6 +352,9 @@ def register_test_envs() -> None:
                           ("walle/Faulty-v0", FaultyEnv), ("walle/Frames-v0", FramesEnv),
                           ("walle/Continuous-v0", ContinuousEnv), ("walle/DictObs-v0", DictObsEnv),
                           ("walle/MultiDiscrete-v0", multi_discrete_env),
-                          ("walle/MultiBinary-v0", multi_binary_env)):
+                          ("walle/MultiBinary-v0", multi_binary_env),
+                          # named, so that a dataset recorded on them stores their spec
+                          ("walle/Othello-v0", "walle_ray.envs.games:OthelloEnv"),
+                          ("walle/RandomMask-v0", "walle_ray.envs.games:RandomMaskEnv")):
         if env_id not in gym.envs.registry:
             gym.register(env_id, entry_point=entry, disable_env_checker=True)

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from walle_ray.config import ModelConfig
 from walle_ray.models.heads import ActionHead, GaussianHead, make_action_head
+from walle_ray.models.masking import action_mask, masked
 from walle_ray.models.normalizer import RunningNorm
 from walle_ray.models.precision import bf16_setting, use_bf16
 from walle_ray.models.weights import NumpyWeights
@@ -152,6 +153,7 @@ class ActorCritic(NumpyWeights, nn.Module):
                  normalize_obs: bool = False):
         super().__init__()
         self.head: ActionHead = make_action_head(action_space)
+        self.mask = action_mask(obs_space, action_space)  # env.action_mask (models/masking.py)
         self.obs_shape = tuple(obs_space.shape)
         self.image = len(self.obs_shape) == 3
         out = self.head.param_dim
@@ -198,10 +200,10 @@ class ActorCritic(NumpyWeights, nn.Module):
                             "with unroll(obs_t, state, first_t)")
         h = self._features(obs)
         if self.image:
-            out = (self._params(self.pi(h)), self.v(h).squeeze(-1))
+            out = (self._params(self.pi(h), obs), self.v(h).squeeze(-1))
             return (*out, h) if encode else out
         encoded, pi = self.pi.hidden_and_out(h)
-        out = (self._params(pi), self.v(h).squeeze(-1))
+        out = (self._params(pi, obs), self.v(h).squeeze(-1))
         return (*out, encoded) if encode else out
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -224,7 +226,7 @@ class ActorCritic(NumpyWeights, nn.Module):
         [B, D], value [B], next state [B, S]), and with ``encode`` the states' encoding."""
         x = self._torso(obs)
         out, state = self.core(x, state)
-        step = (self._params(self.pi(out)), self.v(out).squeeze(-1), state)
+        step = (self._params(self.pi(out), obs), self.v(out).squeeze(-1), state)
         return (*step, x) if encode else step
 
     def unroll(self, obs_t: torch.Tensor, state: torch.Tensor,
@@ -235,7 +237,7 @@ class ActorCritic(NumpyWeights, nn.Module):
         T, B = obs_t.shape[:2]
         x_t = self._torso(obs_t.reshape(T * B, *obs_t.shape[2:])).view(T, B, -1)
         out_t, states_t = self.core.unroll(x_t, state, first_t)
-        return self._params(self.pi(out_t)), self.v(out_t).squeeze(-1), states_t
+        return self._params(self.pi(out_t), obs_t), self.v(out_t).squeeze(-1), states_t
 
     def _torso(self, obs: torch.Tensor) -> torch.Tensor:
         """A recurrent model's features before its core."""
@@ -248,11 +250,11 @@ class ActorCritic(NumpyWeights, nn.Module):
         in one batch afterwards (``separate_critic``). With ``encode``, (params, encoding)."""
         h = self._features(obs)
         if not encode:
-            return self._params(self.pi(h))
+            return self._params(self.pi(h), obs)
         if self.image:
-            return self._params(self.pi(h)), h
+            return self._params(self.pi(h), obs), h
         encoded, pi = self.pi.hidden_and_out(h)
-        return self._params(pi), encoded
+        return self._params(pi, obs), encoded
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values [N] alone."""
@@ -266,7 +268,9 @@ class ActorCritic(NumpyWeights, nn.Module):
         x = obs.reshape(obs.shape[0], -1).float()
         return x if self.obs_norm is None else self.obs_norm(x)
 
-    def _params(self, out: torch.Tensor) -> torch.Tensor:
+    def _params(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """The head's parameters from the policy layer's output ``out`` [..., D] for ``obs``
+        [..., *obs_shape]: a Gaussian's log-stds joined on, forbidden actions' logits masked."""
         if self.gaussian:
             return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
-        return out
+        return masked(self.mask, out, obs)

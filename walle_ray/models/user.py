@@ -28,6 +28,7 @@ from torch import nn
 from walle_ray.config import ConfigError, ModelConfig
 from walle_ray.models.deterministic import BoundedActions
 from walle_ray.models.heads import make_action_head
+from walle_ray.models.masking import action_mask, masked
 from walle_ray.models.normalizer import RunningNorm
 from walle_ray.models.weights import NumpyWeights
 
@@ -96,15 +97,16 @@ class UserActorCritic(UserNetwork):
                  normalize_obs: bool = False):
         super().__init__(obs_space, action_space, cfg)
         self.head = make_action_head(action_space)
+        self.mask = action_mask(obs_space, action_space)  # applied to the params it returns
         image = len(obs_space.shape) == 3  # frames are not normalised, as in ActorCritic
         self.obs_norm = RunningNorm(tuple(obs_space.shape)) if normalize_obs and not image else None
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [N, *obs_shape] -> (distribution params [N, P], value [N]), float32."""
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs.float())
-        params, value = self.net(obs)
-        return params.float(), value.reshape(-1).float()
+        """obs [N, *obs_shape] -> (distribution params [N, P], value [N]), float32; the
+        logits of actions the env forbids masked (``models/masking.py``)."""
+        x = obs if self.obs_norm is None else self.obs_norm(obs.float())
+        params, value = self.net(x)
+        return masked(self.mask, params.float(), obs), value.reshape(-1).float()
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs)[0]
@@ -133,9 +135,13 @@ class UserActorCritic(UserNetwork):
 class UserQNetwork(UserNetwork):
     """A user's ``QNet`` as DQN and Ape-X use a ``QNetwork``: Q-values for every action."""
 
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg):
+        super().__init__(obs_space, action_space, cfg)
+        self.mask = action_mask(obs_space, action_space)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs [N, *obs_shape] -> Q [N, num_actions], float32."""
-        return self.net(obs).float()
+        """obs [N, *obs_shape] -> Q [N, num_actions], float32, forbidden actions' masked."""
+        return masked(self.mask, self.net(obs).float(), obs)
 
     def check(self, obs, action_space, algo_cfg) -> None:
         n, a = obs.shape[0], int(action_space.n)

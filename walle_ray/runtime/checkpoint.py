@@ -67,6 +67,8 @@ def checked_config(ckpt: dict, path: Path, trust_code: bool, own=None) -> dict:
                               f"({type(exc).__name__}: {first_line(exc)})") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"checkpoint {path} holds a config that is not a mapping")
+    if isinstance(config.get("env"), dict):  # from before env.action_mask: nothing was masked
+        config["env"].setdefault("action_mask", "none")
     if trust_code:
         return config
     allowed = set(named_code(OmegaConf.to_container(own, resolve=True)

@@ -23,15 +23,25 @@ from walle_ray.runtime.evaluate import run_dir_of, typed_sections
 
 class RandomPolicy:
     """Uniform random actions, seeded, as a policy gives them to the vector env: a Discrete
-    or MultiDiscrete space's as indices from 0 (the env adds the space's start)."""
+    or MultiDiscrete space's as indices from 0 (the env adds the space's start). Where the
+    env masks actions (``obs_space.action_mask``), uniform over the allowed ones."""
 
-    def __init__(self, action_space: gym.Space, seed: int):
+    def __init__(self, action_space: gym.Space, seed: int, obs_space: gym.Space | None = None):
         self.space = action_space
         self.space.seed(seed)
         self.start = np.asarray(getattr(action_space, "start", 0))
+        self.mask = getattr(obs_space, "action_mask", None)
+        nvec = getattr(action_space, "nvec", None)
+        self.splits = None if nvec is None else np.cumsum(nvec)[:-1]
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return np.stack([self.space.sample() for _ in range(len(obs))]) - self.start
+        if self.mask is None:
+            return np.stack([self.space.sample() for _ in range(len(obs))]) - self.start
+        masks = (obs[:, self.mask[0]:self.mask[1]] > 0.5).astype(np.int8)
+        if self.splits is None:
+            return np.stack([self.space.sample(mask=m) for m in masks]) - self.start
+        return np.stack([self.space.sample(mask=tuple(np.split(m, self.splits)))
+                         for m in masks]) - self.start
 
 
 class EpsilonMix:
@@ -139,10 +149,11 @@ def collect(cfg: DictConfig) -> dict:
     try:
         obs_space, action_space = env.observation_space, env.action_space
         seed = int(cfg.run.seed)
-        policy = (RandomPolicy(action_space, seed) if make_policy is None
+        policy = (RandomPolicy(action_space, seed, obs_space) if make_policy is None
                   else make_policy(obs_space, action_space, seed))
         if c.random_prob > 0 and make_policy is not None:
-            policy = EpsilonMix(policy, RandomPolicy(action_space, seed + 1), c.random_prob, seed)
+            policy = EpsilonMix(policy, RandomPolicy(action_space, seed + 1, obs_space),
+                                c.random_prob, seed)
         name = c.name or f"walle_ray/{env_name(env_cfg.id, env_cfg.entry_point)}/" \
                          f"{re.sub(r'[^0-9a-z_]+', '_', out.resolve().name.lower()).strip('_') or 'dataset'}-v0"
         how = "random actions" if make_policy is None else (

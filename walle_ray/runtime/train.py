@@ -19,6 +19,7 @@ from walle_ray.algos.spec import Algorithm
 from walle_ray.config import ConfigError, to_container
 from walle_ray.datasets import check_datasets, dataset_paths
 from walle_ray.envs import env_spaces
+from walle_ray.envs.masks import mask_mode
 from walle_ray.logging.metrics import (MetricsFile, Progress, ReturnWindow, Sinks,
                                        keep_records_until)
 from walle_ray.models.precision import describe as describe_bf16
@@ -55,6 +56,11 @@ def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
         if old.get(key) != cfg.env[key]:
             raise CheckpointError(f"checkpoint in {path} was trained on env.{key}="
                                   f"{old.get(key)!r}, not {cfg.env[key]!r}")
+    masked = old.get("action_mask", "none")  # a checkpoint from before masks masked nothing
+    if masked != cfg.env.action_mask:
+        raise CheckpointError(f"checkpoint in {path} was trained with env.action_mask={masked}, "
+                              f"not {cfg.env.action_mask}; resume it with "
+                              f"env.action_mask={masked}")
 
 
 def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
@@ -232,6 +238,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     algo = algorithm_for(cfg.algo)  # resolved here, once, and handed to every part
     validate(cfg, algo, own_checks=False)
     obs_space, action_space = env_spaces(cfg.env)
+    cfg.env.action_mask = mask_mode(obs_space)  # auto decided once, here, for every role
     algo.check_spaces(obs_space, action_space)  # the wrong kind of env is the first thing to say
     auto = None
     if is_auto(cfg):  # measure, choose, and write the choice into cfg (runtime/auto.py)

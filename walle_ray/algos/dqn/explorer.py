@@ -8,6 +8,7 @@ import torch
 
 from walle_ray.algos.dqn.loss import q_targets
 from walle_ray.models.factory import make_q_network
+from walle_ray.models.masking import random_allowed
 
 
 def sampler_epsilon(cfg, index: int, num_samplers: int, run_steps: int) -> float:
@@ -22,7 +23,8 @@ def sampler_epsilon(cfg, index: int, num_samplers: int, run_steps: int) -> float
 
 
 class DQNExplorer:
-    """Acts greedily on the sampler's Q-network copy, randomly with probability epsilon."""
+    """Acts greedily on the sampler's Q-network copy, randomly with probability epsilon;
+    both over the actions the env allows, where it masks them (``env.action_mask``)."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg, index: int,
                  num_samplers: int, seed: int, greedy: bool = False):
@@ -43,7 +45,11 @@ class DQNExplorer:
             self.cfg, self.index, self.num_samplers, env_steps * self.num_samplers)
         greedy = self.model(torch.from_numpy(obs)).argmax(dim=-1).numpy()
         explore = self.rng.random(len(obs)) < self.epsilon
-        return np.where(explore, self.rng.integers(self.num_actions, size=len(obs)), greedy)
+        if self.model.mask is None:
+            random = self.rng.integers(self.num_actions, size=len(obs))
+        else:
+            random = random_allowed(self.rng, self.model.mask.allowed_np(obs))
+        return np.where(explore, random, greedy)
 
     @torch.inference_mode()
     def td_error(self, obs, action, reward, discount, next_obs) -> np.ndarray:

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from walle_ray.models.masking import action_mask, masked
 from walle_ray.models.normalizer import RunningNorm
 from walle_ray.models.weights import NumpyWeights
 
@@ -29,6 +30,7 @@ class ESPolicy(NumpyWeights, nn.Module):
         if activation not in _ACTIVATIONS:
             raise ValueError(f"ES policies use tanh or relu, not {activation!r}")
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.mask = action_mask(obs_space, action_space)  # env.action_mask (models/masking.py)
         in_dim = int(np.prod(obs_space.shape))
         out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
         sizes = [in_dim, *hidden, out]
@@ -53,9 +55,9 @@ class ESPolicy(NumpyWeights, nn.Module):
         x = obs.reshape(obs.shape[0], -1).float()
         return x if self.obs_norm is None else self.obs_norm(x)
 
-    def _action(self, out: torch.Tensor) -> torch.Tensor:
+    def _action(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
         if self.discrete:
-            return out.argmax(-1)
+            return masked(self.mask, out, obs).argmax(-1)
         return self.center + self.scale * torch.tanh(out)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -66,7 +68,7 @@ class ESPolicy(NumpyWeights, nn.Module):
             x = layer(x)
             if i < last:
                 x = self.activation(x)
-        return self._action(x)
+        return self._action(x, obs)
 
     def act_batched(self, obs: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """Actions for B envs, env b acting with the flat parameters ``params[b]`` (in the
@@ -81,7 +83,7 @@ class ESPolicy(NumpyWeights, nn.Module):
             x = torch.baddbmm(b, w, x)
             if i < last:
                 x = self.activation(x)
-        return self._action(x.squeeze(-1))
+        return self._action(x.squeeze(-1), obs)
 
 
 def make_model(obs_space: gym.Space, action_space: gym.Space, cfg) -> ESPolicy:
