@@ -1,7 +1,7 @@
 """What action masks buy: return against env steps with and without the mask, and walle_ray's
 masked PPO against sb3-contrib's MaskablePPO.
 
-    python benchmarks/action_masking.py [--envs othello taxi] [--algos ppo impala dqn]
+    python benchmarks/action_masking.py [--envs othello taxi] [--algos ppo impala dqn] [--reuse]
     pip install -e '.[peers]'      # sb3-contrib, for the comparison
     python benchmarks/action_masking.py --vs-maskable [--rounds 2]
 
@@ -46,18 +46,21 @@ MINUTES = 2.5  # wall budget of each curve (the steps above are rarely reached f
 
 
 def run_walle(env: str, algo: str, mask: str, steps: int, tag: str,
-              extra: tuple[str, ...] = ()) -> dict:
+              extra: tuple[str, ...] = (), reuse: bool = False) -> dict:
+    """One run (with ``reuse``, the one already in its directory, when there is one)."""
     from walle_ray.logging.metrics import read_metrics
 
     run_dir = ROOT / "runs" / f"bench_mask_{env}_{algo}_{mask}{tag}"
-    shutil.rmtree(run_dir, ignore_errors=True)
     args = [f"algo={algo}", f"env={env}", f"env.action_mask={mask}",
             f"run.total_env_steps={steps}", f"run.max_wall_s={MINUTES * 60}",
             "run.report_every_s=2", *extra]
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "walle_ray", *args, f"hydra.run.dir={run_dir}",
-                    "logger.progress=line", "logger.print_every_s=30"], cwd=ROOT, check=True)
-    process_s = time.perf_counter() - t0
+    process_s = None
+    if not (reuse and (run_dir / "metrics.jsonl").is_file()):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "walle_ray", *args, f"hydra.run.dir={run_dir}",
+                        "logger.progress=line", "logger.print_every_s=30"], cwd=ROOT, check=True)
+        process_s = time.perf_counter() - t0
     curve = [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "return": r["return"]}
              for r in read_metrics(run_dir / "metrics.jsonl")]
     return {"command": "python -m walle_ray " + " ".join(args), "process_s": process_s,
@@ -78,13 +81,14 @@ def summary(run: dict, target: float) -> dict:
     return run
 
 
-def curves(envs: list[str], algos: list[str]) -> None:
+def curves(envs: list[str], algos: list[str], reuse: bool) -> None:
     results = {}
     for env in envs:
         spec = ENVS[env]
         for algo in algos:
             for mask in ("auto", "none"):
-                run = summary(run_walle(env, algo, mask, spec["steps"][algo], ""), spec["target"])
+                run = summary(run_walle(env, algo, mask, spec["steps"][algo], "", reuse=reuse),
+                              spec["target"])
                 results[f"{env}/{algo}/{'mask' if mask == 'auto' else 'no mask'}"] = run
                 print(f"{env} {algo} mask={mask}: final {run['final_return']}, best "
                       f"{run['best_return']}, {run['env_steps_to_target']} steps to "
@@ -122,14 +126,15 @@ def plot(results: dict, envs: list[str], algos: list[str], path: Path) -> None:
 
 
 SB3 = r'''
-import json, sys, time
+import json, sys
+sys.path.insert(0, sys.argv[4])
 import numpy as np
 import torch
 from gymnasium.wrappers import FlattenObservation
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.wrappers import ActionMasker
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
+from sb3_curve import Curve
 from walle_ray.envs.games import OthelloEnv
 
 spec, out, seed = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -146,30 +151,13 @@ def make():
 
 env = make_vec_env(make, n_envs=spec["envs"], seed=seed)
 
-class Curve(BaseCallback):
-    def __init__(self):
-        super().__init__()
-        self.file = open(out, "w")
-    def _on_training_start(self):
-        self.t0 = time.perf_counter()
-    def _on_rollout_end(self):
-        episodes = [e["r"] for e in self.model.ep_info_buffer]
-        mean = float(np.mean(episodes)) if len(episodes) >= 20 else None
-        self.file.write(json.dumps({"wall_s": time.perf_counter() - self.t0,
-                                    "env_steps": self.num_timesteps, "return": mean}) + "\n")
-        self.file.flush()
-        if mean is not None and mean >= spec["target"]:
-            self.model._stop = True
-    def _on_step(self):
-        return not getattr(self.model, "_stop", False)
-
 model = MaskablePPO("MlpPolicy", env, seed=seed, stats_window_size=20, device="cpu", verbose=0,
                     n_steps=spec["batch"] // spec["envs"], batch_size=spec["minibatch"],
                     n_epochs=spec["epochs"], learning_rate=spec["lr"], gamma=spec["gamma"],
                     gae_lambda=spec["gae_lambda"], ent_coef=spec["ent_coef"],
                     clip_range=spec["clip"], vf_coef=spec["vf_coef"],
                     max_grad_norm=spec["max_grad_norm"])
-model.learn(total_timesteps=spec["steps"], callback=Curve())
+model.learn(total_timesteps=spec["steps"], callback=Curve(out, spec["target"]))
 '''
 
 
@@ -194,8 +182,8 @@ def run_sb3(spec: dict, seed: int, tag: str) -> dict:
     out = ROOT / "runs" / f"bench_mask_sb3_{tag}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", SB3, json.dumps(spec), str(out), str(seed)],
-                   cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-c", SB3, json.dumps(spec), str(out), str(seed),
+                    str(Path(__file__).resolve().parent)], cwd=ROOT, check=True)
     run = {"process_s": time.perf_counter() - t0,
            "curve": [json.loads(line) for line in out.read_text().splitlines()]}
     return summary(run, spec["target"])
@@ -238,11 +226,12 @@ def main() -> None:
     p.add_argument("--algos", nargs="+", default=["ppo", "impala", "dqn"])
     p.add_argument("--vs-maskable", action="store_true")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--reuse", action="store_true", help="read the curves' runs already made")
     args = p.parse_args()
     if args.vs_maskable:
         vs_maskable(args.rounds)
     else:
-        curves(args.envs, args.algos)
+        curves(args.envs, args.algos, args.reuse)
 
 
 if __name__ == "__main__":

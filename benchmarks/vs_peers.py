@@ -54,11 +54,11 @@ TASKS = {
 }
 
 SB3 = r'''
-import json, sys, time
-import numpy as np
+import sys
+sys.path.insert(0, sys.argv[6])
 import torch
+from sb3_curve import Curve
 from stable_baselines3 import PPO
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
@@ -80,25 +80,8 @@ else:
                   policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
                                      net_arch=dict(pi=[256, 256], vf=[256, 256])))
 
-class Curve(BaseCallback):
-    def __init__(self):
-        super().__init__()
-        self.file = open(out, "w")
-    def _on_training_start(self):
-        self.t0 = time.perf_counter()
-    def _on_rollout_end(self):
-        episodes = [e["r"] for e in self.model.ep_info_buffer]
-        mean = float(np.mean(episodes)) if episodes else None
-        self.file.write(json.dumps({"wall_s": time.perf_counter() - self.t0,
-                                    "env_steps": self.num_timesteps, "return": mean}) + "\n")
-        self.file.flush()
-        if mean is not None and len(episodes) >= 20 and mean >= target:
-            self.model._stop = True
-    def _on_step(self):
-        return not getattr(self.model, "_stop", False)
-
 model = PPO("MlpPolicy", env, seed=seed, stats_window_size=20, device="cpu", verbose=0, **kwargs)
-model.learn(total_timesteps=steps, callback=Curve())
+model.learn(total_timesteps=steps, callback=Curve(out, target))
 '''
 
 
@@ -107,7 +90,7 @@ def run_sb3(task: str, spec: dict, seed: int, tag: str) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", SB3, task, str(spec["target"]), str(spec["steps"]),
-                    str(out), str(seed)], check=True)
+                    str(out), str(seed), str(Path(__file__).resolve().parent)], check=True)
     process_s = time.perf_counter() - t0
     curve = [json.loads(line) for line in out.read_text().splitlines()]
     return summary("stable-baselines3", curve, spec, process_s)

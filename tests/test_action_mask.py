@@ -321,3 +321,29 @@ def test_a_dataset_must_take_only_actions_its_masks_allow(tmp_path):
     with pytest.raises(ConfigError, match="action_mask forbids .* learn from it with "
                                           "env.action_mask=none"):
         check_datasets([paths["none"]], obs_space, action_space, cfg.id, 1)
+
+
+def test_a_masked_run_as_typed_records_the_mode_and_its_policy_keeps_to_the_mask(tmp_path):
+    """``python -m walle_ray algo=dqn env=taxi`` on Ray: auto is decided once (the run's
+    config says info), and the checkpoint's policy and evaluation keep to Taxi's masks."""
+    import gymnasium as gym
+    import yaml
+
+    import walle_ray
+    from conftest import run_cli
+
+    run_dir = tmp_path / "run"
+    run_cli("algo=dqn", "env=taxi", "run.total_env_steps=4000", "algo.learning_starts=500",
+            f"hydra.run.dir={run_dir}", "eval.episodes=2")
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["env"]["action_mask"] == "info"
+    policy = walle_ray.load_policy(run_dir)
+    env = gym.make("Taxi-v4")
+    obs, info = env.reset(seed=0)
+    for _ in range(300):
+        action = policy.act(obs, action_mask=info["action_mask"])
+        assert info["action_mask"][action] == 1
+        obs, _, term, trunc, info = env.step(action)
+        if term or trunc:
+            obs, info = env.reset()
+    assert len(walle_ray.evaluate(run_dir, episodes=2)["returns"]) == 2

@@ -26,7 +26,7 @@ class GymVectorEnv:
         (``env.action_mask``: auto, obs, info or none) says where the env's action mask is
         (``envs/masks.py``); an info mask is moved into a Dict observation. A Dict or Tuple
         observation is then flattened: ``observation_space`` is its ``FlatSpace``, with the
-        mask's columns in ``action_mask``."""
+        mask's columns in ``action_mask``; a Discrete one is one-hot."""
         make_kwargs = dict(kwargs or {})
         if max_episode_steps is not None:
             make_kwargs["max_episode_steps"] = max_episode_steps
@@ -36,7 +36,13 @@ class GymVectorEnv:
         if mask == "info":
             self.envs = [InfoMask(env, env_id) for env in self.envs]
         self.observation_space = self.envs[0].observation_space
-        if flattens(self.observation_space):
+        if isinstance(self.observation_space, gym.spaces.Discrete):
+            # a state's index (Taxi, FrozenLake) is one-hot, as a Dict's Discrete parts are:
+            # a network reading the bare index would have to learn to split it
+            self.observation_space = gym.spaces.Box(0.0, 1.0, (int(self.observation_space.n),),
+                                                    np.float32)
+            self.envs = [gym.wrappers.FlattenObservation(env) for env in self.envs]
+        elif flattens(self.observation_space):
             self.observation_space = FlatSpace(self.observation_space,
                                                None if mask == "none" else mask)
             self.envs = [gym.wrappers.FlattenObservation(env) for env in self.envs]
