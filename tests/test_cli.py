@@ -23,7 +23,7 @@ def metrics(run_dir):
 def test_help_lists_groups_and_options():
     out = run_cli("--help").stdout
     for text in ("algo: apex, apex_ddpg, bc, ddpg, dqn, es, impala, marwil, ppo, ppo_kl, td3",
-                 "env: cartpole, custom, halfcheetah, hopper, pendulum, pong", "32a4m4l", "local"):
+                 "env: cartpole, custom, halfcheetah, hopper, othello, pendulum, pong, taxi", "32a4m4l", "local"):
         assert text in out
 
 
