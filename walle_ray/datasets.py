@@ -171,11 +171,11 @@ def check_masked_actions(paths: list[str], obs_space: gym.Space, action_space: g
     that learns from a forbidden one would put all its weight on a log-probability of
     -1e9); a ConfigError names the first that is not."""
     from walle_ray.buffers.dataset import head_actions
+    from walle_ray.envs.masks import first_columns
     from walle_ray.models.masking import ActionMask
 
     allowed_of = ActionMask(obs_space.action_mask, action_space).allowed_np
-    nvec = np.asarray(getattr(action_space, "nvec", [getattr(action_space, "n", 0)]))
-    first_column = np.cumsum(nvec) - nvec
+    first_column = first_columns(action_space)
     for e, ep in enumerate(read_episodes(paths, 0, 1)):
         steps = len(ep["actions"])
         if not steps:

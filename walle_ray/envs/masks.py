@@ -42,6 +42,23 @@ def mask_width(action_space: gym.Space) -> int | None:
     return None
 
 
+def component_sizes(action_space: gym.Space) -> list[int]:
+    """The actions of each masked component: [n] for Discrete, nvec for MultiDiscrete."""
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        return [int(n) for n in action_space.nvec]
+    return [int(action_space.n)]
+
+
+def first_columns(action_space: gym.Space) -> np.ndarray:
+    """Each component's first column in a mask."""
+    return np.cumsum([0, *component_sizes(action_space)])[:-1]
+
+
+def allows_some(allowed: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """allowed [N, width] bool -> [N, components]: whether each component allows an action."""
+    return np.logical_or.reduceat(allowed, first, axis=1)
+
+
 def has_obs_mask(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and MASK_KEY in space.spaces
 
@@ -148,13 +165,10 @@ class MaskCheck:
     def __init__(self, columns: tuple[int, int], action_space: gym.Space, env_id: str):
         self.start, self.stop = columns
         self.env_id = env_id
-        nvec = (action_space.nvec.tolist() if isinstance(action_space, gym.spaces.MultiDiscrete)
-                else [int(action_space.n)])
-        self.bounds = np.cumsum([0, *nvec])[:-1]  # each component's first column
+        self.first = first_columns(action_space)
 
     def __call__(self, obs: np.ndarray, episode_steps) -> None:
-        allowed = obs[:, self.start:self.stop] > 0.5
-        ok = np.logical_or.reduceat(allowed, self.bounds, axis=1).all(axis=1)
+        ok = allows_some(obs[:, self.start:self.stop] > 0.5, self.first).all(axis=1)
         if not ok.all():
             row = int(np.flatnonzero(~ok)[0])
             raise NoActionAllowed(f"{self.env_id}: env {row}'s {MASK_KEY!r} allows no action at "

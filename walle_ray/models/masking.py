@@ -21,6 +21,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from walle_ray.envs.masks import allows_some, component_sizes, first_columns
+
 MASKED = -1e9
 
 
@@ -29,12 +31,11 @@ class ActionMask:
 
     def __init__(self, columns: tuple[int, int], action_space: gym.Space):
         self.start, self.stop = int(columns[0]), int(columns[1])
-        nvec = (action_space.nvec.tolist() if isinstance(action_space, gym.spaces.MultiDiscrete)
-                else [int(action_space.n)])
-        self.components = len(nvec)
+        sizes = component_sizes(action_space)
+        self.components = len(sizes)
         # component of each column (MultiDiscrete), for "allows nothing" per component
-        self._component = torch.repeat_interleave(torch.arange(len(nvec)), torch.tensor(nvec))
-        self._bounds = np.cumsum([0, *nvec])[:-1]
+        self._component = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+        self._first, self._sizes = first_columns(action_space), sizes
 
     def allowed(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [..., D] -> allowed [..., width] bool; all true where nothing is allowed."""
@@ -59,8 +60,7 @@ class ActionMask:
     def allowed_np(self, obs: np.ndarray) -> np.ndarray:
         """``allowed`` for numpy observations [N, D] (an explorer's random choice)."""
         allowed = obs[:, self.start:self.stop] > 0.5
-        some = np.logical_or.reduceat(allowed, self._bounds, axis=1)
-        return allowed | ~np.repeat(some, np.diff([*self._bounds, allowed.shape[1]]), axis=1)
+        return allowed | ~np.repeat(allows_some(allowed, self._first), self._sizes, axis=1)
 
 
 def action_mask(obs_space: gym.Space, action_space: gym.Space) -> ActionMask | None:
