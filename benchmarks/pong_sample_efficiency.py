@@ -35,6 +35,12 @@ ARMS = {
     # Half of each batch of 16 replayed from 2000 rows, with CLEAR's cloning losses.
     "replay_half_b16": ["algo.batch_size=16",
                         "algo.replay=[{type: queue, ratio: 0.5}, {type: uniform, ratio: 0.5, capacity: 2000}]"],
+    # A quarter of each batch of 8 fresh, three quarters replayed from 2000 rows, or from
+    # 1000 (as old as the preset's 2000 at half fresh): fewer env steps per update.
+    "replay_three_quarters": ["algo.replay=[{type: queue, ratio: 0.25}, "
+                              "{type: uniform, ratio: 0.75, capacity: 2000}]"],
+    "replay_three_quarters_1000": ["algo.replay=[{type: queue, ratio: 0.25}, "
+                                   "{type: uniform, ratio: 0.75, capacity: 1000}]"],
     # The same with elite replay (the seed's ln_norm, 5 steps per row ranked).
     "elite_half": ["algo.replay=[{type: queue, ratio: 0.5}, {type: elite, ratio: 0.5, "
                    "capacity: 2000, lambda_batch_multiplier: 6, alpha_annealing_factor: 2.0, steps: 5}]"],

@@ -84,3 +84,52 @@ def test_capacities_are_the_runs_split_across_memories_and_fit_a_fragment():
     # Four memories (a batch of 8 over 4 learners: 2 rows each) share the 100 rows.
     specs = buffer_specs(mix, 2, 8, memories=4)
     assert [s.capacity for s in specs] == [8, 25] and specs[1].start_rows == 13
+
+
+@pytest.mark.parametrize("whole,shards", [([2, 6], 4), ([1, 3], 2), ([3, 2, 3], 4), ([4, 4], 4),
+                                          ([2, 2, 12], 8)])
+def test_shards_take_the_updates_mix_in_turn(whole, shards):
+    """Where the learners do not divide a type's rows, they take them in turn: every update's
+    shards together take the mix's rows, each batch is full, and each shard's long-run share
+    is the ratio."""
+    from walle_ray.buffers.mixed import batch_counts
+
+    n = sum(whole) // shards
+    specs = [BufferSpec(t, w / sum(whole), 64) for t, w in zip(["queue", "uniform", "uniform"], whole)]
+    totals = np.zeros((shards, len(whole)), int)
+    for k in range(4 * shards):
+        counts = np.array([batch_counts(specs, whole, n, j, shards, k) for j in range(shards)])
+        assert (counts >= 0).all() and (counts.sum(axis=1) == n).all()
+        np.testing.assert_array_equal(counts.sum(axis=0), whole)
+        totals += counts
+    np.testing.assert_array_equal(totals, np.tile(np.array(whole) * 4, (shards, 1)))
+
+
+def test_a_shards_memory_serves_its_turns_of_the_queue():
+    """Batches of 8 over 4 learners with a quarter fresh: memory 2 serves 2 rows a batch, a
+    fresh one every other batch, starting with the first."""
+    memory = MixedMemory([BufferSpec("queue", 0.25, 16), BufferSpec("uniform", 0.75, 64)],
+                         batch_rows=2, shard=2, shards=4)
+    for frag in fragments(2):
+        memory.put(frag)
+    fresh = [int((~memory.sample().replayed_b).sum()) for _ in range(4)]
+    assert fresh == [1, 0, 1, 0]
+    assert memory.stats()["queue_size"] == 8 - 2
+
+
+def test_mixes_the_learners_split_unevenly():
+    """A quarter of 8 rows over 4 learners is dealt in turn; a ranked type must split evenly,
+    and the mix must fit each learner's batch."""
+    quarter = cfg({"type": "queue", "ratio": 0.25}, {"type": "uniform", "ratio": 0.75})
+    check_replay(quarter, 2, learners=4)
+    with pytest.raises(ConfigError, match="not a whole number"):
+        check_replay(quarter, 1, learners=2)  # a quarter of 2 rows
+    elite = cfg({"type": "queue", "ratio": 0.75}, {"type": "elite", "ratio": 0.25})
+    with pytest.raises(ConfigError, match="elite replay ranks a fixed number of rows"):
+        check_replay(elite, 2, learners=4)
+    check_replay(cfg({"type": "queue", "ratio": 0.25}, {"type": "uniform", "ratio": 0.25},
+                     {"type": "attentive", "ratio": 0.5}), 4, learners=2)
+    three = cfg({"type": "queue", "ratio": 0.25}, {"type": "uniform", "ratio": 0.25},
+                {"type": "uniform", "ratio": 0.5})
+    with pytest.raises(ConfigError, match="do not fit batches of 1 rows on each of 4 learners"):
+        check_replay(three, 1, learners=4)

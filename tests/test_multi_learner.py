@@ -5,7 +5,7 @@ import ray as ray_module
 from omegaconf import OmegaConf
 
 from walle_ray.algos.spec import fragment_sampler
-from walle_ray.batch import concat_rollouts
+from walle_ray.batch import Rollout, concat_rollouts
 from walle_ray.envs import env_spaces
 from walle_ray.algos import algorithm_for
 
@@ -60,6 +60,36 @@ def test_two_learners_match_one_learner_on_the_joined_batches(ray_session):
     moved = max(np.abs(want[k] - make_learner(cfg, obs_space, action_space).model.get_weights()[k]).max()
                 for k in want)
     assert moved > 1e-3  # the updates did something
+    for lr in pair:
+        ray.kill(lr)
+
+
+def test_learners_that_take_uneven_shares_of_replay_clone_as_one(ray_session):
+    """Two learners of 2 rows, a quarter of 4 fresh: one takes the fresh row with a replayed
+    one, the other two replayed (``batch_counts``). Their all-reduced step, CLEAR's cloning
+    included, is the one learner's on the 4 rows."""
+    ray = ray_session
+    # Adam's first step is the gradient's sign unless its epsilon outweighs the gradient.
+    cfg = make_cfg("algo=impala", "algo.batch_size=4", "algo.optimizer=adam", "algo.lr=1",
+                   "algo.eps=1", "algo.max_grad_norm=1000",
+                   "algo.replay=[{type: queue, ratio: 0.25}, {type: uniform, ratio: 0.75}]",
+                   "algo.clear_policy_coef=0.5", "algo.clear_value_coef=0.5")
+    obs_space, action_space = env_spaces(cfg.env)
+    sampler = fragment_sampler(OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model), 4, 0.99, 0, 0)
+    rows = sampler.collect()[0]
+    noise = np.random.default_rng(0).normal(size=rows.dist_t.shape).astype(np.float32)
+    rows = Rollout(**{**vars(rows), "replayed_b": np.array([1, 1, 0, 1], bool),
+                      "dist_t": rows.dist_t + noise, "v_t": rows.v_t + 1.0})  # an older policy's
+    single = make_learner(cfg, obs_space, action_space)
+    single.update([rows], env_steps=0)
+    pair = [PlainLearner.remote(cfg, obs_space, action_space) for _ in range(2)]
+    address, port = ray.get(pair[0].address.remote())
+    ray.get([lr.join.remote(address, port, rank, 2) for rank, lr in enumerate(pair)], timeout=120)
+    w0, _ = ray.get([lr.train.remote([rows.rows(slice(2 * k, 2 * k + 2))])
+                     for k, lr in enumerate(pair)], timeout=120)
+    want = single.model.get_weights()
+    for key in want:
+        np.testing.assert_allclose(w0[key], want[key], rtol=1e-4, atol=1e-6, err_msg=key)
     for lr in pair:
         ray.kill(lr)
 
@@ -197,6 +227,12 @@ def test_one_update_is_the_same_however_many_learners_share_it():
     want = single.model.get_weights()
     for key, value in packed.model.get_weights().items():
         np.testing.assert_allclose(value, want[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+    # A quarter fresh over 4 learners of 2 rows: their memories deal the 2 fresh rows in turn.
+    mix = make_cfg("algo=impala", "algo.batch_size=8", "topology.spec=8a4m4l",
+                   "algo.replay=[{type: queue, ratio: 0.25}, {type: uniform, ratio: 0.75}]")
+    memories = [cls(*args, **kwargs) for cls, args, kwargs in (IMPALA.memory(mix, j) for j in range(4))]
+    assert [memory.counts for memory in memories] == [[0, 2], [0, 2], [1, 1], [1, 1]]
 
     # PPO: a learner of two takes half of each minibatch; one process for both, all of it.
     ppo = make_cfg("algo=ppo", "algo.minibatch_size=64", "topology.spec=4a2m2l")

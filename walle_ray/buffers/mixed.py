@@ -1,9 +1,11 @@
 """The asynchronous memory role: an on-policy queue and replay buffers, mixed by ratio.
 
-A learner batch of n rows takes ``ratio * n`` rows from each listed memory type: ``queue``
-rows are consumed once (on-policy FIFO); ``uniform``, ``elite`` and ``attentive`` rows are
-sampled from a replay buffer (the last two ranked by the current policy:
-``buffers/ranked.py``) and flagged ``replayed_b`` so the loss can correct and clone them.
+An update of N rows takes ``ratio * N`` rows from each listed memory type: ``queue`` rows
+are consumed once (on-policy FIFO); ``uniform``, ``elite`` and ``attentive`` rows are sampled
+from a replay buffer (the last two ranked by the current policy: ``buffers/ranked.py``) and
+flagged ``replayed_b`` so the loss can correct and clone them. With L learner shards, each
+memory serves its shard's N / L rows, and a type whose rows L does not divide is dealt
+unevenly, in turn (``batch_counts``): every update still takes the mix's rows in all.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from walle_ray.buffers.replay import UniformReplay
 # "What a run holds in memory").
 ROW_OBJECT_BYTES = 2400
 PIECE_OBJECT_BYTES = 2050
+UNRANKED = ("queue", "uniform")  # types that serve any number of rows per batch
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,24 @@ class BufferSpec:
     ranking: dict = field(default_factory=dict)  # RankedReplay's keyword settings (elite, attentive)
 
 
+def batch_counts(specs: list[BufferSpec], whole: list[int], batch_rows: int, shard: int,
+                 shards: int, k: int) -> list[int]:
+    """The rows of each memory type in batch ``k`` of learner shard ``shard`` of ``shards``,
+    where an update takes ``whole[i]`` rows of type i and each shard ``batch_rows`` rows.
+
+    A type whose rows the shards do not divide gets ``floor(w (k+1) / L + s / L) -
+    floor(w k / L + s / L)`` rows: the shards take them in turn, each ``w / L`` on average,
+    and in every update their counts add up to ``w`` (Hermite's identity). The largest
+    unranked type takes what is left of the batch, so it adds up too. Ranked types keep a
+    fixed count (``check_replay`` refuses one the shards do not divide)."""
+    counts = [((k + 1) * w + shard) // shards - (k * w + shard) // shards for w in whole]
+    if all(w % shards == 0 for w in whole):
+        return counts
+    fill = max((i for i, spec in enumerate(specs) if spec.type in UNRANKED), key=whole.__getitem__)
+    counts[fill] = batch_rows - sum(n for i, n in enumerate(counts) if i != fill)
+    return counts
+
+
 class MixedMemory:
     """Rows go into every buffer; batches are composed by the buffers' ratios.
 
@@ -47,10 +68,16 @@ class MixedMemory:
     """
 
     def __init__(self, specs: list[BufferSpec], batch_rows: int, seed: int = 0,
-                 encoder: Callable[[], Any] | None = None):
+                 encoder: Callable[[], Any] | None = None, shard: int = 0, shards: int = 1):
+        """Batches of ``batch_rows`` for learner shard ``shard`` of ``shards``, whose
+        batches together make one update of the mix (``batch_counts``)."""
         self.specs = specs
-        self.counts = [round(s.ratio * batch_rows) for s in specs]
-        self.buffers = [self._buffer(s, n, seed + i) for i, (s, n) in enumerate(zip(specs, self.counts))]
+        self.batch_rows, self.shard, self.shards = batch_rows, shard, shards
+        self.whole = [round(s.ratio * batch_rows * shards) for s in specs]  # rows per update
+        self.served = 0  # batches served
+        self.counts = batch_counts(specs, self.whole, batch_rows, shard, shards, 0)
+        most = [-(-w // shards) for w in self.whole]
+        self.buffers = [self._buffer(s, n, seed + i) for i, (s, n) in enumerate(zip(specs, most))]
         self.queue = next((b for b in self.buffers if isinstance(b, FIFOQueue)), None)
         self.ranked = [b for b in self.buffers if isinstance(b, RankedReplay)]
         self.make_encoder, self.encoder = encoder, None  # built with the first weights
@@ -135,6 +162,9 @@ class MixedMemory:
                                    "replayed_b": np.ones(count, bool)})
             parts.append(batch)
         self.rows_out += sum(self.counts)
+        self.served += 1
+        self.counts = batch_counts(self.specs, self.whole, self.batch_rows, self.shard,
+                                   self.shards, self.served)
         return concat_rollouts(parts)
 
     def stats(self) -> dict:

@@ -103,6 +103,9 @@ def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
         print(f"walle_ray: {topo} on {cpus:g} CPUs: "
               f"{packing.describe(topo, memories=algo.loop != 'sync')} "
               f"(topology.pack={cfg.topology.pack})", flush=True)
+        crowded = crowded_envs(topo.samplers, cfg.env.envs_per_sampler, cpus)
+        if crowded:
+            print(f"walle_ray: {crowded}", flush=True)
         check_plan_memory(cfg, algo, topo, packing, processes, cpus, obs_space, action_space,
                           resources)
     fleet = RayFleet(cfg, algo, topo, obs_space, action_space, plan, cfg.run.role_timeout_s,
@@ -116,6 +119,22 @@ def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
         print(f"walle_ray: role processes on {len(set(placement.values()))} of the cluster's "
               f"{len(nodes)} nodes:", *placement_lines(placement, nodes), sep="\n", flush=True)
     return fleet
+
+
+ENVS_PER_CPU = 32  # above this, a run's envs each step slowly enough for a note
+
+
+def crowded_envs(samplers: int, envs_per_sampler: int, cpus: float) -> str | None:
+    """A note for a topology whose envs crowd the cluster's CPUs: each env then plays its
+    episodes slowly, so the return (the mean of the last finished episodes) and the
+    milestones report late (docs/performance.md, "Many envs on few cores"). None otherwise."""
+    envs = samplers * envs_per_sampler
+    if cpus <= 0 or envs / cpus <= ENVS_PER_CPU:
+        return None
+    return (f"{envs} envs ({samplers} samplers x {envs_per_sampler}) share {cpus:g} CPUs, so "
+            "each finishes its episodes slowly and the return and milestones report late by "
+            "about an episode's length; fewer samplers or a smaller env.envs_per_sampler "
+            "report sooner")
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:

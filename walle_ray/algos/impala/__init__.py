@@ -26,7 +26,7 @@ def make_update(cfg: DictConfig, model, collective, device: torch.device) -> IMP
 
 
 def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 1,
-                 anneal_rows: float = float("inf")) -> list[BufferSpec]:
+                 anneal_rows: float = float("inf"), learners: int = 1) -> list[BufferSpec]:
     """The memory mix of each of ``memories`` memory actors, each serving batches of
     ``batch_rows`` rows to its learner shard and taking fragments of ``fragment_rows``; a
     ranked buffer anneals over ``anneal_rows``, the rows its memory stores in the whole run.
@@ -48,17 +48,17 @@ def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 
                            replacement=bool(r.replacement))
         specs.append(BufferSpec(type=r.type, ratio=r.ratio,
                                 capacity=buffer_capacity(r.capacity, r.ratio, batch_rows,
-                                                         fragment_rows, memories),
+                                                         fragment_rows, memories, learners),
                                 start_rows=-(-r.start_rows // memories), ranking=ranking))
     return specs
 
 
 def buffer_capacity(capacity: int, ratio: float, batch_rows: int, fragment_rows: int,
-                    memories: int) -> int:
+                    memories: int, learners: int = 1) -> int:
     """The rows one memory's buffer holds (``buffer_specs``): its share of the whole run's
-    ``capacity`` (0: four batches of its rows), and at least a fragment beside its rows of
-    a batch."""
-    rows = round(ratio * batch_rows)
+    ``capacity`` (0: four batches of its rows), and at least a fragment beside the most
+    rows of a batch it serves (``batch_counts``)."""
+    rows = -(-round(ratio * batch_rows * learners) // learners)
     share = -(-capacity // memories) if capacity else 4 * rows
     return max(share, fragment_rows + rows)
 
@@ -82,12 +82,14 @@ def memory_spec(algo, cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
         encoder = partial(PolicyEncoder, role_sections(cfg), algo.make_model)
     from walle_ray.topology import parse_topology
 
-    memories = max(1, parse_topology(cfg.topology.spec).memories)
+    topo = parse_topology(cfg.topology.spec)
+    memories, learners = max(1, topo.memories), max(1, topo.learners)
     anneal_rows = cfg.run.total_env_steps / (cfg.algo.fragment_length * memories)
     rows = learner_batch(cfg)
     piece = -(-cfg.env.envs_per_sampler // memories)  # a fragment's rows dealt to one memory
-    specs = buffer_specs(cfg.algo, rows, piece, memories, anneal_rows)
-    return MixedMemory, (specs, rows, cfg.run.seed + k, encoder), {}
+    specs = buffer_specs(cfg.algo, rows, piece, memories, anneal_rows, learners)
+    # Memory k serves learner shard k mod L (``Topology.memories_of``).
+    return MixedMemory, (specs, rows, cfg.run.seed + k, encoder, k % learners, learners), {}
 
 
 def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
@@ -103,9 +105,10 @@ def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
     from walle_ray.models.heads import make_action_head
     from walle_ray.topology import parse_topology
 
-    memories = max(1, parse_topology(cfg.topology.spec).memories)
+    topo = parse_topology(cfg.topology.spec)
+    memories, learners = max(1, topo.memories), max(1, topo.learners)
     rows, piece = learner_batch(cfg), -(-cfg.env.envs_per_sampler // memories)
-    specs = buffer_specs(cfg.algo, rows, piece, memories)
+    specs = buffer_specs(cfg.algo, rows, piece, memories, learners=learners)
     i = max(range(len(specs)), key=lambda k: specs[k].capacity)
     state = features = 0
     if cfg.model.core or stores_encodings(cfg):  # widths the network decides
@@ -119,7 +122,7 @@ def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
                             state, features)
 
     def held(capacity: int) -> float:
-        one = buffer_capacity(capacity, specs[i].ratio, rows, piece, memories)
+        one = buffer_capacity(capacity, specs[i].ratio, rows, piece, memories, learners)
         resized = [replace(spec, capacity=one) if k == i else spec for k, spec in enumerate(specs)]
         return memories * MixedMemory.planned_bytes(resized, row, piece)
 
@@ -138,11 +141,11 @@ def stores_encodings(cfg: DictConfig) -> bool:
 
 
 def check_replay(algo_cfg, n: int, learners: int = 1) -> None:
-    """Ratios sum to 1 and give whole rows of every learner's batch of ``n`` rows (of
-    ``learners``); known types; one queue at most; ranking settings that can work."""
+    """Ratios sum to 1 and give whole rows of the update's ``n * learners``; a ranked type
+    whole rows of every learner's ``n`` (the others are dealt in turn: ``batch_counts``);
+    known types; one queue at most; ranking settings that can work."""
     replay = algo_cfg.replay
-    per = (f"algo.batch_size={algo_cfg.batch_size} over {learners} learners, {n} rows each"
-           if learners > 1 else f"algo.batch_size={n}")
+    whole = n * learners
     if not replay:
         raise ConfigError("algo.replay: list at least one memory type, e.g. [{type: queue, ratio: 1.0}]")
     for i, r in enumerate(replay):
@@ -150,15 +153,21 @@ def check_replay(algo_cfg, n: int, learners: int = 1) -> None:
             raise ConfigError(f"algo.replay[{i}].type: got {r.type!r}; use one of {', '.join(REPLAY_TYPES)}")
         if not 0 < r.ratio <= 1:
             raise ConfigError(f"algo.replay[{i}].ratio: got {r.ratio}; must be in (0, 1]")
-        rows = r.ratio * n
+        rows = r.ratio * whole
         if abs(rows - round(rows)) > 1e-6:
             raise ConfigError(
-                f"algo.replay[{i}].ratio: {r.ratio} of {per} is {rows:g} rows, not a "
-                f"whole number; pick ratios that are multiples of 1/{n}")
+                f"algo.replay[{i}].ratio: {r.ratio} of algo.batch_size={whole} is {rows:g} rows, "
+                f"not a whole number; pick ratios that are multiples of 1/{whole}")
+        if r.type in RANKED and round(rows) % learners:
+            raise ConfigError(
+                f"algo.replay[{i}].ratio: {r.type} replay ranks a fixed number of rows per "
+                f"learner, and {round(rows)} rows of algo.batch_size={whole} do not split over "
+                f"{learners} learners; pick a ratio whose rows {learners} divides")
         if r.capacity < 0 or r.start_rows < 0:
             raise ConfigError(f"algo.replay[{i}]: capacity and start_rows must be zero or positive")
-        if r.capacity and r.capacity < round(rows):
-            raise ConfigError(f"algo.replay[{i}].capacity: {r.capacity} rows cannot serve {round(rows)} "
+        most = -(-round(rows) // learners)
+        if r.capacity and r.capacity < most:
+            raise ConfigError(f"algo.replay[{i}].capacity: {r.capacity} rows cannot serve {most} "
                               "rows per batch")
         if r.type in RANKED:
             check_ranking(f"algo.replay[{i}]", r)
@@ -167,6 +176,12 @@ def check_replay(algo_cfg, n: int, learners: int = 1) -> None:
         raise ConfigError(f"algo.replay: the ratios sum to {total:g}; they must sum to 1")
     if sum(r.type == "queue" for r in replay) > 1:
         raise ConfigError("algo.replay: list the on-policy queue once")
+    rows = [round(r.ratio * whole) for r in replay]
+    if any(w % learners for w in rows):  # dealt in turn: the largest unranked type fills up
+        fill = max((i for i, r in enumerate(replay) if r.type not in RANKED), key=rows.__getitem__)
+        if sum(-(-w // learners) for i, w in enumerate(rows) if i != fill) > n:
+            raise ConfigError(f"algo.replay: the mix's rows do not fit batches of {n} rows on "
+                              f"each of {learners} learners; raise algo.batch_size")
 
 
 def check_ranking(where: str, r) -> None:

@@ -29,6 +29,8 @@ class IMPALAUpdate(UpdateRule):
         super().__init__(model, collective, optimizer, normalize_reward, total_env_steps, device)
         self.cfg = cfg
         self.burn_in = burn_in
+        # The share of each batch that is replayed, as the mix sets it (``algo.replay``).
+        self.replay_share = sum(r.ratio for r in cfg.replay if r.type != "queue")
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg, dev = self.cfg, self.device
@@ -79,7 +81,11 @@ class IMPALAUpdate(UpdateRule):
             extra, clear_terms = clear_loss(kl_t, v_t, t(batch.v_t), cloned_t,
                                             policy_coef=cfg.clear_policy_coef,
                                             value_coef=cfg.clear_value_coef)
-            loss = loss + extra
+            # Learner shards take a mix's rows in turn where they do not divide them
+            # (``buffers/mixed.batch_counts``): weighing a shard's cloning by its replayed
+            # rows against its share keeps the all-reduced update one learner's.
+            weight = float(batch.replayed_b.sum()) / (self.replay_share * B)
+            loss = loss + (extra if weight == 1.0 else extra * weight)
             terms.update(clear_terms)
         lr = scheduled_lr(cfg.lr, cfg.lr_schedule, env_steps, self.total_env_steps)
         set_lr(self.optimizer, lr)
