@@ -255,5 +255,6 @@ def test_envs_that_crowd_the_cpus_get_a_note_at_start():
 
     note = crowded_envs(32, 8, 2)
     assert note.startswith("256 envs (32 samplers x 8) share 2 CPUs") and "report late" in note
+    assert note.endswith("8 samplers or fewer report sooner")
     assert crowded_envs(32, 8, 32) is None and crowded_envs(2, 8, 2) is None
     assert crowded_envs(0, 8, 2) is None  # no samplers (offline learning)

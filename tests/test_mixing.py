@@ -86,23 +86,32 @@ def test_capacities_are_the_runs_split_across_memories_and_fit_a_fragment():
     assert [s.capacity for s in specs] == [8, 25] and specs[1].start_rows == 13
 
 
-@pytest.mark.parametrize("whole,shards", [([2, 6], 4), ([1, 3], 2), ([3, 2, 3], 4), ([4, 4], 4),
-                                          ([2, 2, 12], 8)])
-def test_shards_take_the_updates_mix_in_turn(whole, shards):
+@pytest.mark.parametrize("types,whole,shards", [
+    ("queue uniform", [2, 6], 4), ("queue uniform", [1, 3], 2), ("queue uniform uniform", [3, 2, 3], 4),
+    ("queue uniform", [4, 4], 4), ("queue uniform elite", [2, 6, 8], 8),
+    ("queue uniform uniform attentive", [1, 2, 3, 6], 3)])
+def test_shards_take_the_updates_mix_in_turn(types, whole, shards):
     """Where the learners do not divide a type's rows, they take them in turn: every update's
-    shards together take the mix's rows, each batch is full, and each shard's long-run share
-    is the ratio."""
-    from walle_ray.buffers.mixed import batch_counts
+    shards together take the mix's rows, each batch is full, no batch takes more of a type
+    than its buffer keeps room for (``most_rows``), ranked types take a fixed count, and each
+    shard's long-run share is the ratio."""
+    from walle_ray.buffers.mixed import batch_counts, most_rows
 
-    n = sum(whole) // shards
-    specs = [BufferSpec(t, w / sum(whole), 64) for t, w in zip(["queue", "uniform", "uniform"], whole)]
+    types, n = types.split(), sum(whole) // shards
+    most = most_rows(types, whole, n, shards)
     totals = np.zeros((shards, len(whole)), int)
     for k in range(4 * shards):
-        counts = np.array([batch_counts(specs, whole, n, j, shards, k) for j in range(shards)])
-        assert (counts >= 0).all() and (counts.sum(axis=1) == n).all()
+        counts = np.array([batch_counts(types, whole, n, j, shards, k) for j in range(shards)])
+        assert (counts >= 0).all() and (counts.sum(axis=1) == n).all() and (counts <= most).all()
         np.testing.assert_array_equal(counts.sum(axis=0), whole)
+        for i, t in enumerate(types):
+            if t in ("elite", "attentive"):
+                assert (counts[:, i] == whole[i] // shards).all()
         totals += counts
     np.testing.assert_array_equal(totals, np.tile(np.array(whole) * 4, (shards, 1)))
+    # Three unranked types dealt unevenly: the one that fills up may take more than its share.
+    if types == ["queue", "uniform", "uniform"]:
+        assert most == [2, 1, 1]
 
 
 def test_a_shards_memory_serves_its_turns_of_the_queue():

@@ -1,6 +1,7 @@
 """Two learners joined by gloo take the same steps as one learner on both batches joined."""
 
 import numpy as np
+import pytest
 import ray as ray_module
 from omegaconf import OmegaConf
 
@@ -64,16 +65,18 @@ def test_two_learners_match_one_learner_on_the_joined_batches(ray_session):
         ray.kill(lr)
 
 
-def test_learners_that_take_uneven_shares_of_replay_clone_as_one(ray_session):
+@pytest.mark.parametrize("model", [[], ["model.core=lstm", "model.burn_in=3"]])
+def test_learners_that_take_uneven_shares_of_replay_clone_as_one(ray_session, model):
     """Two learners of 2 rows, a quarter of 4 fresh: one takes the fresh row with a replayed
     one, the other two replayed (``batch_counts``). Their all-reduced step, CLEAR's cloning
-    included, is the one learner's on the 4 rows."""
+    included, and with burn-in the V-trace terms over the steps after it, is the one
+    learner's on the 4 rows."""
     ray = ray_session
     # Adam's first step is the gradient's sign unless its epsilon outweighs the gradient.
     cfg = make_cfg("algo=impala", "algo.batch_size=4", "algo.optimizer=adam", "algo.lr=1",
                    "algo.eps=1", "algo.max_grad_norm=1000",
                    "algo.replay=[{type: queue, ratio: 0.25}, {type: uniform, ratio: 0.75}]",
-                   "algo.clear_policy_coef=0.5", "algo.clear_value_coef=0.5")
+                   "algo.clear_policy_coef=0.5", "algo.clear_value_coef=0.5", *model)
     obs_space, action_space = env_spaces(cfg.env)
     sampler = fragment_sampler(OmegaConf.to_object(cfg.env), OmegaConf.to_object(cfg.model), 4, 0.99, 0, 0)
     rows = sampler.collect()[0]
@@ -204,8 +207,6 @@ def test_one_update_is_the_same_however_many_learners_share_it():
     """``algo.batch_size`` (and PPO's ``algo.minibatch_size``) count the rows of a whole
     update: with L learners each memory serves its learner 1/L of them, and a learner
     process holding all L shards makes the very step one learner makes on all the rows."""
-    import pytest
-
     from walle_ray.algos.dqn import APEX
     from walle_ray.algos.impala import IMPALA
     from walle_ray.algos import validate

@@ -5,7 +5,9 @@ are consumed once (on-policy FIFO); ``uniform``, ``elite`` and ``attentive`` row
 from a replay buffer (the last two ranked by the current policy: ``buffers/ranked.py``) and
 flagged ``replayed_b`` so the loss can correct and clone them. With L learner shards, each
 memory serves its shard's N / L rows, and a type whose rows L does not divide is dealt
-unevenly, in turn (``batch_counts``): every update still takes the mix's rows in all.
+unevenly, in turn (``batch_counts``): with a memory per shard every update still takes the
+mix's rows in all; with more memories than shards, each memory deals its own turns, and the
+mix holds over the run rather than in every update.
 """
 
 from __future__ import annotations
@@ -35,28 +37,37 @@ class BufferSpec:
     """One memory type of a mix."""
 
     type: str  # queue | uniform | elite | attentive
-    ratio: float  # share of each learner batch
+    ratio: float  # share of each update's rows (``batch_counts``)
     capacity: int  # rows held
     start_rows: int = 0  # rows held before this buffer serves batches
     ranking: dict = field(default_factory=dict)  # RankedReplay's keyword settings (elite, attentive)
 
 
-def batch_counts(specs: list[BufferSpec], whole: list[int], batch_rows: int, shard: int,
-                 shards: int, k: int) -> list[int]:
-    """The rows of each memory type in batch ``k`` of learner shard ``shard`` of ``shards``,
-    where an update takes ``whole[i]`` rows of type i and each shard ``batch_rows`` rows.
+def batch_counts(types: list[str], whole: list[int], batch_rows: int, shard: int, shards: int,
+                 k: int) -> list[int]:
+    """The rows of each memory type (``types``) in batch ``k`` of learner shard ``shard`` of
+    ``shards``, where an update takes ``whole[i]`` rows of type i and each shard
+    ``batch_rows`` rows.
 
     A type whose rows the shards do not divide gets ``floor(w (k+1) / L + s / L) -
     floor(w k / L + s / L)`` rows: the shards take them in turn, each ``w / L`` on average,
-    and in every update their counts add up to ``w`` (Hermite's identity). The largest
-    unranked type takes what is left of the batch, so it adds up too. Ranked types keep a
-    fixed count (``check_replay`` refuses one the shards do not divide)."""
+    and with one memory per shard their counts add up to ``w`` in every update (Hermite's
+    identity). The largest unranked type takes what is left of the batch, so it adds up too.
+    Ranked types keep a fixed count (``check_replay`` refuses one the shards do not divide).
+    The counts repeat every ``shards`` batches."""
     counts = [((k + 1) * w + shard) // shards - (k * w + shard) // shards for w in whole]
     if all(w % shards == 0 for w in whole):
         return counts
-    fill = max((i for i, spec in enumerate(specs) if spec.type in UNRANKED), key=whole.__getitem__)
+    fill = max((i for i, t in enumerate(types) if t in UNRANKED), key=whole.__getitem__)
     counts[fill] = batch_rows - sum(n for i, n in enumerate(counts) if i != fill)
     return counts
+
+
+def most_rows(types: list[str], whole: list[int], batch_rows: int, shards: int) -> list[int]:
+    """The most rows of each type that one batch of any shard takes (``batch_counts``)."""
+    counts = [batch_counts(types, whole, batch_rows, s, shards, k)
+              for s in range(shards) for k in range(shards)]
+    return [max(c[i] for c in counts) for i in range(len(whole))]
 
 
 class MixedMemory:
@@ -75,8 +86,9 @@ class MixedMemory:
         self.batch_rows, self.shard, self.shards = batch_rows, shard, shards
         self.whole = [round(s.ratio * batch_rows * shards) for s in specs]  # rows per update
         self.served = 0  # batches served
-        self.counts = batch_counts(specs, self.whole, batch_rows, shard, shards, 0)
-        most = [-(-w // shards) for w in self.whole]
+        self.types = [spec.type for spec in specs]
+        self.counts = batch_counts(self.types, self.whole, batch_rows, shard, shards, 0)
+        most = most_rows(self.types, self.whole, batch_rows, shards)
         self.buffers = [self._buffer(s, n, seed + i) for i, (s, n) in enumerate(zip(specs, most))]
         self.queue = next((b for b in self.buffers if isinstance(b, FIFOQueue)), None)
         self.ranked = [b for b in self.buffers if isinstance(b, RankedReplay)]
@@ -163,7 +175,7 @@ class MixedMemory:
             parts.append(batch)
         self.rows_out += sum(self.counts)
         self.served += 1
-        self.counts = batch_counts(self.specs, self.whole, self.batch_rows, self.shard,
+        self.counts = batch_counts(self.types, self.whole, self.batch_rows, self.shard,
                                    self.shards, self.served)
         return concat_rollouts(parts)
 

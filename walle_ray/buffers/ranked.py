@@ -189,13 +189,11 @@ class RankedReplay(UniformReplay):
         self.last = {"candidates": 0, "dist_kept": float("nan"), "dist_drawn": float("nan")}
 
     def add(self, row: Any) -> None:
-        # Under the lock: a ranking ahead (``prepare``) reads the rows and their counts.
-        with self.lock:
-            slot = len(self.rows) if len(self.rows) < self.capacity else self.next
-            super().add(row)
-            self.served_count[slot] = 0
-            if self.kind == "attentive":
-                self.reference.append(row.last_obs[0])
+        slot = len(self.rows) if len(self.rows) < self.capacity else self.next
+        super().add(row)
+        self.served_count[slot] = 0
+        if self.kind == "attentive":
+            self.reference.append(row.last_obs[0])
 
     @property
     def weights_version(self) -> int:

@@ -131,10 +131,10 @@ def crowded_envs(samplers: int, envs_per_sampler: int, cpus: float) -> str | Non
     envs = samplers * envs_per_sampler
     if cpus <= 0 or envs / cpus <= ENVS_PER_CPU:
         return None
+    fewer = max(1, int(ENVS_PER_CPU * cpus) // envs_per_sampler)
     return (f"{envs} envs ({samplers} samplers x {envs_per_sampler}) share {cpus:g} CPUs, so "
             "each finishes its episodes slowly and the return and milestones report late by "
-            "about an episode's length; fewer samplers or a smaller env.envs_per_sampler "
-            "report sooner")
+            f"about an episode's length; {fewer} samplers or fewer report sooner")
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:

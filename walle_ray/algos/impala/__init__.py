@@ -12,7 +12,7 @@ from walle_ray.algos.impala.update import IMPALAUpdate
 from walle_ray.algos.spec import (Algorithm, check_learner_batch, check_policy_spaces,
                                   configured_fragment_length, fragment_sampler_spec,
                                   learner_batch, packed_as_is, require_algo)
-from walle_ray.buffers.mixed import BufferSpec, MixedMemory
+from walle_ray.buffers.mixed import BufferSpec, MixedMemory, most_rows
 from walle_ray.buffers.ranked import DIST_FUNCTIONS, STRATEGIES
 from walle_ray.config import ConfigError
 
@@ -37,7 +37,7 @@ def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 
     type's rows of a batch, so a fragment always fits. Capacity 0 holds four batches'
     worth of the type's rows."""
     specs = []
-    for r in algo_cfg.replay:
+    for r, rows in zip(algo_cfg.replay, batch_most(algo_cfg.replay, batch_rows, learners)):
         ranking = {}
         if r.type in RANKED:
             ranking = dict(dist_function=r.dist_function, p=float(r.p),
@@ -47,18 +47,23 @@ def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 
                            steps=int(r.steps), strategy=str(r.strategy),
                            replacement=bool(r.replacement))
         specs.append(BufferSpec(type=r.type, ratio=r.ratio,
-                                capacity=buffer_capacity(r.capacity, r.ratio, batch_rows,
-                                                         fragment_rows, memories, learners),
+                                capacity=buffer_capacity(r.capacity, rows, fragment_rows,
+                                                         memories),
                                 start_rows=-(-r.start_rows // memories), ranking=ranking))
     return specs
 
 
-def buffer_capacity(capacity: int, ratio: float, batch_rows: int, fragment_rows: int,
-                    memories: int, learners: int = 1) -> int:
+def batch_most(replay, batch_rows: int, learners: int) -> list[int]:
+    """The most rows of each type of the mix ``replay`` that one batch of ``batch_rows``
+    takes, with ``learners`` sharing each update (``buffers/mixed.most_rows``)."""
+    whole = [round(r.ratio * batch_rows * learners) for r in replay]
+    return most_rows([r.type for r in replay], whole, batch_rows, learners)
+
+
+def buffer_capacity(capacity: int, rows: int, fragment_rows: int, memories: int) -> int:
     """The rows one memory's buffer holds (``buffer_specs``): its share of the whole run's
-    ``capacity`` (0: four batches of its rows), and at least a fragment beside the most
-    rows of a batch it serves (``batch_counts``)."""
-    rows = -(-round(ratio * batch_rows * learners) // learners)
+    ``capacity`` (0: four batches of its rows), and at least a fragment beside ``rows``,
+    the most of its type that one batch takes (``buffers/mixed.most_rows``)."""
     share = -(-capacity // memories) if capacity else 4 * rows
     return max(share, fragment_rows + rows)
 
@@ -109,6 +114,7 @@ def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
     memories, learners = max(1, topo.memories), max(1, topo.learners)
     rows, piece = learner_batch(cfg), -(-cfg.env.envs_per_sampler // memories)
     specs = buffer_specs(cfg.algo, rows, piece, memories, learners=learners)
+    most = batch_most(cfg.algo.replay, rows, learners)
     i = max(range(len(specs)), key=lambda k: specs[k].capacity)
     state = features = 0
     if cfg.model.core or stores_encodings(cfg):  # widths the network decides
@@ -122,7 +128,7 @@ def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
                             state, features)
 
     def held(capacity: int) -> float:
-        one = buffer_capacity(capacity, specs[i].ratio, rows, piece, memories, learners)
+        one = buffer_capacity(capacity, most[i], piece, memories)
         resized = [replace(spec, capacity=one) if k == i else spec for k, spec in enumerate(specs)]
         return memories * MixedMemory.planned_bytes(resized, row, piece)
 
@@ -165,10 +171,9 @@ def check_replay(algo_cfg, n: int, learners: int = 1) -> None:
                 f"{learners} learners; pick a ratio whose rows {learners} divides")
         if r.capacity < 0 or r.start_rows < 0:
             raise ConfigError(f"algo.replay[{i}]: capacity and start_rows must be zero or positive")
-        most = -(-round(rows) // learners)
-        if r.capacity and r.capacity < most:
-            raise ConfigError(f"algo.replay[{i}].capacity: {r.capacity} rows cannot serve {most} "
-                              "rows per batch")
+        if r.capacity and r.capacity < -(-round(rows) // learners):
+            raise ConfigError(f"algo.replay[{i}].capacity: {r.capacity} rows cannot serve "
+                              f"{-(-round(rows) // learners)} rows per batch")
         if r.type in RANKED:
             check_ranking(f"algo.replay[{i}]", r)
     total = sum(r.ratio for r in replay)

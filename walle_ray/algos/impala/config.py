@@ -13,7 +13,7 @@ class ReplaySpec:
     # queue: on-policy FIFO, consumed once | uniform: replay buffer | elite, attentive:
     # replay buffers that rank candidates with the current policy (walle_ray/buffers/ranked.py)
     type: str = "queue"
-    ratio: float = 1.0  # share of each learner batch; the ratios sum to 1
+    ratio: float = 1.0  # share of each update's rows (algo.batch_size); the ratios sum to 1
     # rows held, the whole run's, split across the memories; 0: four batches of its rows
     capacity: int = 0
     start_rows: int = 0  # rows held (the whole run's, split across memories) before it serves

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import torch
 
@@ -29,8 +31,9 @@ class IMPALAUpdate(UpdateRule):
         super().__init__(model, collective, optimizer, normalize_reward, total_env_steps, device)
         self.cfg = cfg
         self.burn_in = burn_in
-        # The share of each batch that is replayed, as the mix sets it (``algo.replay``).
-        self.replay_share = sum(r.ratio for r in cfg.replay if r.type != "queue")
+        # The share of each update's rows that is replayed (``algo.replay``).
+        self.replay_share = Fraction(sum(round(r.ratio * cfg.batch_size) for r in cfg.replay
+                                         if r.type != "queue"), cfg.batch_size)
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg, dev = self.cfg, self.device
@@ -74,6 +77,16 @@ class IMPALAUpdate(UpdateRule):
         loss, terms = impala_loss(logp_t, dist.entropy(), v_t, vt.vs_t, vt.pg_adv_t,
                                   baseline_coef=cfg.baseline_coef, ent_coef=cfg.ent_coef,
                                   mask_t=mask_t, learn_t=burn_t)
+        # Learner shards may take a mix's rows unevenly (``buffers/mixed.batch_counts``):
+        # terms that are means over part of a shard's steps are weighed by that part against
+        # its share, so the all-reduced step is one learner's on all the rows. Burn-in leaves
+        # a replayed row's first steps out of the V-trace terms, CLEAR clones replayed rows.
+        # (A mix with no replay type takes no weights: its batches are as they come.)
+        replayed, expected = int(batch.replayed_b.sum()), self.replay_share * B
+        burn = min(self.burn_in, T - 1) if getattr(self.model, "recurrent", False) else 0
+        learned = Fraction(T * B - burn * replayed) / (T * B - burn * expected) if expected else 1
+        if learned != 1:
+            loss = loss * float(learned)
         replayed_t = t(batch.replayed_b).to(v_t.dtype).expand(T, B)
         if (cfg.clear_policy_coef or cfg.clear_value_coef) and bool(replayed_t.any()):
             # CLEAR clones the replayed steps that are learned from, not the burned-in ones.
@@ -81,11 +94,8 @@ class IMPALAUpdate(UpdateRule):
             extra, clear_terms = clear_loss(kl_t, v_t, t(batch.v_t), cloned_t,
                                             policy_coef=cfg.clear_policy_coef,
                                             value_coef=cfg.clear_value_coef)
-            # Learner shards take a mix's rows in turn where they do not divide them
-            # (``buffers/mixed.batch_counts``): weighing a shard's cloning by its replayed
-            # rows against its share keeps the all-reduced update one learner's.
-            weight = float(batch.replayed_b.sum()) / (self.replay_share * B)
-            loss = loss + (extra if weight == 1.0 else extra * weight)
+            cloned = Fraction(replayed) / expected if expected else 1
+            loss = loss + (extra if cloned == 1 else extra * float(cloned))
             terms.update(clear_terms)
         lr = scheduled_lr(cfg.lr, cfg.lr_schedule, env_steps, self.total_env_steps)
         set_lr(self.optimizer, lr)
