@@ -53,7 +53,8 @@ def main() -> None:
     write_result(args.name, {
         "command": "python benchmarks/headline_learning.py --seeds "
                    + " ".join(map(str, args.seeds)) + " --others " + " ".join(args.others)
-                   + f" --minutes {args.minutes:g}",
+                   + f" --minutes {args.minutes:g}" + (" --reuse" if args.reuse else "")
+                   + (f" --name {args.name}" if args.name != "headline_learning" else ""),
         "target": {"return": TARGET, "minutes_32a4m4l_median": MINUTES,
                    "others_within_of_fastest": 1.25},
         "median_minutes_32a4m4l": median,
