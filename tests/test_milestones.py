@@ -174,3 +174,42 @@ def test_a_short_run_records_its_milestone_in_every_place(tmp_path):
     assert report["cost"]["core_hours"] >= crossed[0]["core_hours"]
     ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert "30" in ckpt["counters"]["milestones"] and ckpt["counters"]["core_s"] > 0
+
+
+def test_the_window_says_whether_returns_would_reach_a_target():
+    window = ReturnWindow(3, [1.0, 1.0])
+    assert not window.reaches(1.0, [])  # not full
+    assert window.reaches(1.0, [1.0]) and not window.reaches(1.0, [0.0])
+    assert window.reaches(2.0, [4.0, 2.0, 0.0]) and not window.reaches(2.0, [4.0, 0.0, 1.0])
+    assert list(window.returns) == [1.0, 1.0]  # asking adds nothing
+
+
+@pytest.mark.parametrize("topology", ["local", "1a1m1l"])
+def test_a_synchronous_run_stopped_at_its_return_keeps_the_weights_that_reached_it(
+        tmp_path, topology):
+    """PPO on Counting (every episode returns 10): the first iteration's episodes fill the
+    window at 10, so the run stops without the update after them, and its checkpoint holds
+    the weights that played them (version 0), not an update no episode has scored. A later
+    iteration whose episodes do not reach the target is learned from as before."""
+    import torch
+
+    import walle_ray
+
+    common = dict(topology=topology, env={"id": "walle/Counting-v0", "envs_per_sampler": 4},
+                  algo={"batch_size": 64, "minibatch_size": 32, "epochs": 1},
+                  logger={"progress": "off"})
+    result = walle_ray.train(run_dir=tmp_path / "stop", **common,
+                             run={"stop_at_return": 10, "return_window": 4,
+                                  "total_env_steps": 640})
+    assert result.stopped_by == "return" and result.counters["iterations"] == 1
+    ckpt = torch.load(tmp_path / "stop" / "checkpoints" / "last.pt", weights_only=True)
+    assert ckpt["learner"]["version"] == 0 and ckpt["counters"]["env_steps"] == 64
+    last = json.loads((tmp_path / "stop" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["return"] == 10 and last["learn_s"] == 0
+
+    result = walle_ray.train(run_dir=tmp_path / "budget", **common,
+                             run={"stop_at_return": 11, "return_window": 4,
+                                  "total_env_steps": 128})
+    assert result.stopped_by == "budget"
+    ckpt = torch.load(tmp_path / "budget" / "checkpoints" / "last.pt", weights_only=True)
+    assert ckpt["learner"]["version"] == 2

@@ -32,7 +32,9 @@ class RunConfig:
     seed: int = 0  # seed for envs, networks and sampling
     total_env_steps: int = 100_000  # stop after this many env steps
     max_wall_s: Optional[float] = None  # stop after this many seconds of wall clock
-    stop_at_return: Optional[float] = None  # stop once the windowed mean return reaches this
+    # Stop once the windowed mean return reaches this (a synchronous run before the update
+    # after the episodes that reached it: its checkpoint keeps the weights that scored it)
+    stop_at_return: Optional[float] = None
     return_window: int = 20  # episodes in the mean return that is reported and compared
     # Returns whose first crossing (the windowed mean) the run records with its wall minutes,
     # agent steps and core-hours so far; run.stop_at_return is always one. Shipped envs set

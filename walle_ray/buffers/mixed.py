@@ -43,6 +43,12 @@ class BufferSpec:
     ranking: dict = field(default_factory=dict)  # RankedReplay's keyword settings (elite, attentive)
 
 
+def update_rows(ratios: list[float], rows: int) -> list[int]:
+    """The rows of each memory type, by its ratio, in one update of ``rows`` rows (every
+    learner shard's batch together)."""
+    return [round(ratio * rows) for ratio in ratios]
+
+
 def batch_counts(types: list[str], whole: list[int], batch_rows: int, shard: int, shards: int,
                  k: int) -> list[int]:
     """The rows of each memory type (``types``) in batch ``k`` of learner shard ``shard`` of
@@ -63,10 +69,16 @@ def batch_counts(types: list[str], whole: list[int], batch_rows: int, shard: int
     return counts
 
 
+def every_count(types: list[str], whole: list[int], batch_rows: int,
+                shards: int) -> list[list[int]]:
+    """``batch_counts`` of every shard's batches over one cycle (they repeat after it)."""
+    return [batch_counts(types, whole, batch_rows, s, shards, k)
+            for s in range(shards) for k in range(shards)]
+
+
 def most_rows(types: list[str], whole: list[int], batch_rows: int, shards: int) -> list[int]:
     """The most rows of each type that one batch of any shard takes (``batch_counts``)."""
-    counts = [batch_counts(types, whole, batch_rows, s, shards, k)
-              for s in range(shards) for k in range(shards)]
+    counts = every_count(types, whole, batch_rows, shards)
     return [max(c[i] for c in counts) for i in range(len(whole))]
 
 
@@ -84,7 +96,7 @@ class MixedMemory:
         batches together make one update of the mix (``batch_counts``)."""
         self.specs = specs
         self.batch_rows, self.shard, self.shards = batch_rows, shard, shards
-        self.whole = [round(s.ratio * batch_rows * shards) for s in specs]  # rows per update
+        self.whole = update_rows([s.ratio for s in specs], batch_rows * shards)
         self.served = 0  # batches served
         self.types = [spec.type for spec in specs]
         self.counts = batch_counts(self.types, self.whole, batch_rows, shard, shards, 0)

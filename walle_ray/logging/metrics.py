@@ -35,6 +35,13 @@ class ReturnWindow:
     def full(self) -> bool:
         return len(self.returns) == self.returns.maxlen
 
+    def reaches(self, target: float, returns: list[float]) -> bool:
+        """Whether the window, with ``returns`` added, would be full with a mean of at least
+        ``target`` (``run.stop_at_return``'s test, asked before the returns are added)."""
+        after = deque(self.returns, maxlen=self.returns.maxlen)
+        after.extend(returns)
+        return len(after) == after.maxlen and sum(after) / len(after) >= target
+
 
 class MetricsFile:
     """One JSON object per line, flushed every line so a crash loses nothing.

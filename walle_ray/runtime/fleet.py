@@ -12,7 +12,7 @@ the ``Step`` a fleet returns, and the fault counters.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -76,6 +76,10 @@ class Step:
     reports: list[dict] = field(default_factory=list)
     learned: list[dict] = field(default_factory=list)
     timing: dict | None = None
+
+
+# Asked of a synchronous iteration's sampler reports before its update: whether to make it.
+LearnIf = Callable[[list[dict]], bool]
 
 
 def new_faults() -> dict:
@@ -150,9 +154,12 @@ class LocalFleet:
         """A fragment of every sampler: (the fragment, its report)."""
         return [self._collect(sampler) for sampler in self.samplers]
 
-    def step(self, env_steps: int) -> Step:
+    def step(self, env_steps: int, learn_if: LearnIf | None = None) -> Step:
+        """Collect, and learn from what memories can serve; a synchronous fleet's step is
+        one iteration, whose update is made only where ``learn_if(reports)`` (when given)
+        says so."""
         if self.sync:
-            return self._iteration(env_steps)
+            return self._iteration(env_steps, learn_if)
         reports = []
         for i, sampler in enumerate(self.samplers):
             memory = self.memories[self.topo.memory_of_sampler(i)]
@@ -163,13 +170,17 @@ class LocalFleet:
             reports.append(stats)
         return Step(reports, [m for memory in self.memories for m in self._drain(memory, env_steps)])
 
-    def _iteration(self, env_steps: int) -> Step:
-        """Every sampler's fragment, then one update on them. With ``algo.overlap`` the next
-        batch is collected before the update, with the weights the Ray fleet's samplers would
-        have while the learner works: the same data, one after the other."""
+    def _iteration(self, env_steps: int, learn_if: LearnIf | None) -> Step:
+        """Every sampler's fragment, then one update on them (none where ``learn_if`` says
+        not). With ``algo.overlap`` the next batch is collected before the update, with the
+        weights the Ray fleet's samplers would have while the learner works: the same data,
+        one after the other."""
         t0 = time.perf_counter()
         collected, self.prefetched = self.prefetched or self._collect_all(), None
         rollouts = [rollout for rollout, _ in collected]
+        reports = [stats for _, stats in collected]
+        if learn_if is not None and not learn_if(reports):
+            return Step(reports, [], {"collect_s": time.perf_counter() - t0, "learn_s": 0.0})
         if self.overlap:
             self.prefetched = self._collect_all()
         t1 = time.perf_counter()
@@ -177,8 +188,7 @@ class LocalFleet:
         self.publish()
         t2 = time.perf_counter()
         learned = timed_update(metrics, sum(r.num_steps for r in rollouts), t2 - t1)
-        return Step([stats for _, stats in collected], [learned],
-                    {"collect_s": t1 - t0, "learn_s": t2 - t1})
+        return Step(reports, [learned], {"collect_s": t1 - t0, "learn_s": t2 - t1})
 
     def _drain(self, memory, env_steps: int):
         """Updates on the batches ``memory`` can serve now, feedback going back to it."""

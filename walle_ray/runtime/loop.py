@@ -126,8 +126,17 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
         interval, last = Interval(), time.perf_counter()
 
     timing = None
+    target = cfg.run.stop_at_return
+
+    def learn_after(reports: list[dict]) -> bool:
+        """A synchronous fleet makes no update after the episodes that bring the return to
+        ``run.stop_at_return``: the run stops, and its checkpoint keeps the weights that
+        played them rather than one update past them, which no episode has scored."""
+        return target is None or not window.reaches(
+            target, [x for r in reports for x in r["episode_returns"]])
+
     while (reason := stop_reason(cfg, counters, window, started, signals)) is None:
-        step = fleet.step(counters["env_steps"])
+        step = fleet.step(counters["env_steps"], learn_if=learn_after)
         for r in step.reports:
             interval.add_sampler(r)
             times.add_sampler(r)

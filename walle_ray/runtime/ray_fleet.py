@@ -14,8 +14,8 @@ from omegaconf import DictConfig
 
 from walle_ray.config import ConfigError
 from walle_ray.runtime.checkpoint import first_line
-from walle_ray.runtime.fleet import (RoleDied, RoleFailed, RoleTimeout, Step, count_faults,
-                                     new_faults, role_failed, timed_update)
+from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout, Step,
+                                     count_faults, new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.runtime.stalls import StallWatch
 from walle_ray.topology import (Packing, ResourcePlan, Topology, equal_share, offers,
@@ -377,9 +377,11 @@ class RayFleet:
             for j in range(len(self.learners)):
                 self._call_learner(j, 0)
 
-    def step(self, env_steps: int, timeout_s: float = 1.0) -> Step:
+    def step(self, env_steps: int, learn_if: LearnIf | None = None, timeout_s: float = 1.0) -> Step:
+        """What finished within ``timeout_s``; a synchronous fleet's step is one iteration,
+        whose update is made only where ``learn_if(reports)`` (when given) says so."""
         if self.sync:
-            return self._iteration(env_steps)
+            return self._iteration(env_steps, learn_if)
         out = Step()
         for kind, index, result, _ in self._finished(timeout_s):
             if kind == "sampler":
@@ -391,10 +393,10 @@ class RayFleet:
                 self._call_learner(index, env_steps)
         return out
 
-    def _iteration(self, env_steps: int) -> Step:
+    def _iteration(self, env_steps: int, learn_if: LearnIf | None) -> Step:
         """Every sampler's fragment, each learner process given the references of those its
         shards learn from (sampler i's goes to the learner reading memory i mod M); one
-        update; new weights. With ``algo.overlap`` the samplers are called for the next
+        update, unless ``learn_if(reports)`` says not; new weights. With ``algo.overlap`` the samplers are called for the next
         batch as the update starts, with the weights before it, so the next iteration finds
         its batch collected or under way, and learns from it one version behind (a policy
         lag of 1)."""
@@ -415,6 +417,9 @@ class RayFleet:
                     reports[report["sampler"]] = report
                     fragments[report["sampler"]] = rollout
         t1 = time.perf_counter()
+        if learn_if is not None and not learn_if(reports):
+            self.prefetched = False  # nothing is under way
+            return Step(reports, [], {"collect_s": t1 - t0, "learn_s": 0.0})
         calls = [lr.learn.remote([fragments[i] for i in sorted(fragments)
                                   if self.topo.learner_of_sampler(i) in group],
                                  env_steps, g == 0, self.ps)

@@ -12,7 +12,7 @@ from walle_ray.algos.impala.update import IMPALAUpdate
 from walle_ray.algos.spec import (Algorithm, check_learner_batch, check_policy_spaces,
                                   configured_fragment_length, fragment_sampler_spec,
                                   learner_batch, packed_as_is, require_algo)
-from walle_ray.buffers.mixed import BufferSpec, MixedMemory, most_rows
+from walle_ray.buffers.mixed import BufferSpec, MixedMemory, every_count, most_rows, update_rows
 from walle_ray.buffers.ranked import DIST_FUNCTIONS, STRATEGIES
 from walle_ray.config import ConfigError
 
@@ -56,7 +56,7 @@ def buffer_specs(algo_cfg, batch_rows: int, fragment_rows: int, memories: int = 
 def batch_most(replay, batch_rows: int, learners: int) -> list[int]:
     """The most rows of each type of the mix ``replay`` that one batch of ``batch_rows``
     takes, with ``learners`` sharing each update (``buffers/mixed.most_rows``)."""
-    whole = [round(r.ratio * batch_rows * learners) for r in replay]
+    whole = update_rows([r.ratio for r in replay], batch_rows * learners)
     return most_rows([r.type for r in replay], whole, batch_rows, learners)
 
 
@@ -181,12 +181,12 @@ def check_replay(algo_cfg, n: int, learners: int = 1) -> None:
         raise ConfigError(f"algo.replay: the ratios sum to {total:g}; they must sum to 1")
     if sum(r.type == "queue" for r in replay) > 1:
         raise ConfigError("algo.replay: list the on-policy queue once")
-    rows = [round(r.ratio * whole) for r in replay]
-    if any(w % learners for w in rows):  # dealt in turn: the largest unranked type fills up
-        fill = max((i for i, r in enumerate(replay) if r.type not in RANKED), key=rows.__getitem__)
-        if sum(-(-w // learners) for i, w in enumerate(rows) if i != fill) > n:
-            raise ConfigError(f"algo.replay: the mix's rows do not fit batches of {n} rows on "
-                              f"each of {learners} learners; raise algo.batch_size")
+    # Rows dealt in turn (``batch_counts``): the type that fills each batch must not go short.
+    counts = every_count([r.type for r in replay], update_rows([r.ratio for r in replay], whole),
+                         n, learners)
+    if any(k < 0 for batch in counts for k in batch):
+        raise ConfigError(f"algo.replay: the mix's rows do not fit batches of {n} rows on "
+                          f"each of {learners} learners; raise algo.batch_size")
 
 
 def check_ranking(where: str, r) -> None:

@@ -10,6 +10,7 @@ import torch
 from walle_ray.algos.impala.config import IMPALAConfig
 from walle_ray.algos.impala.loss import clear_loss, impala_loss, laser_mask
 from walle_ray.batch import Rollout, concat_rollouts
+from walle_ray.buffers.mixed import update_rows
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.optim import make_optimizer, scheduled_lr, set_lr
 from walle_ray.learners.reward_scale import update_obs_norm
@@ -32,8 +33,9 @@ class IMPALAUpdate(UpdateRule):
         self.cfg = cfg
         self.burn_in = burn_in
         # The share of each update's rows that is replayed (``algo.replay``).
-        self.replay_share = Fraction(sum(round(r.ratio * cfg.batch_size) for r in cfg.replay
-                                         if r.type != "queue"), cfg.batch_size)
+        rows = update_rows([r.ratio for r in cfg.replay], cfg.batch_size)
+        self.replay_share = Fraction(sum(n for r, n in zip(cfg.replay, rows) if r.type != "queue"),
+                                     cfg.batch_size)
 
     def update(self, rollouts: list[Rollout], env_steps: int) -> dict[str, float]:
         cfg, dev = self.cfg, self.device
