@@ -46,6 +46,8 @@ ARMS = {
                    "capacity: 2000, lambda_batch_multiplier: 6, alpha_annealing_factor: 2.0, steps: 5}]"],
     # LASER's trust region on the preset's replay.
     "laser": ["algo.laser_kl_threshold=0.3"],
+    # Twice the preset's learning rate.
+    "lr_double": ["algo.lr=1.4e-3"],
 }
 TARGET = 17.0
 

@@ -71,6 +71,23 @@ def test_a_resumed_run_appends_to_the_same_directory(tmp_path):
     assert len(events.Tensors("config/text_summary")) == 1
 
 
+def test_a_run_resumed_from_before_its_last_records_shows_each_step_once(tmp_path):
+    """A run that died after its last checkpoint resumes from it: TensorBoard hides the
+    steps the files hold past it, as metrics.jsonl drops their lines, and shows the resumed
+    run's in their place, each step once (without it: 1536 and 2048 twice)."""
+    run_dir = tmp_path / "run"
+    run_cli(*RUN, "run.total_env_steps=1024", f"hydra.run.dir={run_dir}")
+    last = run_dir / "checkpoints" / "last.pt"
+    saved = last.read_bytes()
+    run_cli(f"run.resume={run_dir}", "run.total_env_steps=2048")
+    last.write_bytes(saved)  # as if it had died before the checkpoint at 2048
+    out = run_cli(f"run.resume={run_dir}", "run.total_env_steps=2048").stdout
+    assert "metrics.jsonl: 2 line(s) after the checkpoint dropped" in out
+    scalars = event_scalars(event_files(run_dir))
+    assert [step for step, _ in scalars["env_steps"]] == [512, 1024, 1536, 2048]
+    assert scalars == jsonl_scalars(run_dir)
+
+
 @pytest.mark.parametrize("choice, name, tensorboard", [
     ("logger=tensorboard", "console", True), ("logger=[wandb,tensorboard]", "wandb", True),
     ("logger=[tensorboard,wandb]", "wandb", True), ("logger=wandb", "wandb", False),

@@ -19,17 +19,21 @@ class TensorBoardSink:
     """Each record's numeric values as scalars of the same names, at ``env_steps``.
 
     A new run writes its config as text (``config``) once; a resumed run adds an event file
-    to the same directory, which TensorBoard reads as one run. Each record is flushed, as
+    to the same directory, which TensorBoard reads as one run, and hides what the files
+    before it hold past its checkpoint's step (``purge_step``), as metrics.jsonl drops its
+    lines after the checkpoint: the resumed run writes those steps again. Each record is flushed, as
     metrics.jsonl's lines are. Evaluation videos are not written here: TensorBoard's own
     video format needs moviepy; the MP4s stay under the run's ``videos/``.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, resumed: bool):
+    def __init__(self, cfg: DictConfig, run_dir: Path, resumed_at: int | None):
+        """``resumed_at``: the env steps of the checkpoint a resumed run starts from."""
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(run_dir) / "tensorboard"
-        self.writer = SummaryWriter(str(self.log_dir))
-        if not resumed:
+        purge = None if resumed_at is None else resumed_at + 1
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=purge)
+        if resumed_at is None:
             text = OmegaConf.to_yaml(cfg, resolve=True)
             # four spaces make a Markdown code block, which keeps the YAML's indentation
             self.writer.add_text("config", "".join(f"    {line}\n" for line in text.splitlines()))

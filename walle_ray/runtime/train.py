@@ -165,26 +165,27 @@ def milestone_summary(counters: dict) -> dict:
     return out
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path, resumed: bool, on_ray: bool) -> Sinks:
+def make_sinks(cfg: DictConfig, run_dir: Path, resumed_at: int | None, on_ray: bool) -> Sinks:
     """metrics.jsonl always; W&B with logger=wandb; TensorBoard with logger.tensorboard; Ray
-    gauges when running on Ray. Where W&B or TensorBoard take media, the end of a synchronous
+    gauges when running on Ray. ``resumed_at``: the env steps of the checkpoint a resumed
+    run starts from, after which what the sinks hold is written again. Where W&B or TensorBoard take media, the end of a synchronous
     run adds its timing figure (``<run dir>/timing.png``).
 
     A new run creates metrics.jsonl: where another run created it first, in the same
     directory since ``check_run_dir`` looked, it is refused."""
     try:
-        sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed)]
+        sinks = [MetricsFile(run_dir / "metrics.jsonl", append=resumed_at is not None)]
     except FileExistsError:
         raise ConfigError(taken(run_dir, ["metrics.jsonl"])) from None
     try:
         if cfg.logger.name == "wandb":
             from walle_ray.logging.wandb_sink import WandbSink
 
-            sinks.append(WandbSink(cfg, run_dir, resumed))
+            sinks.append(WandbSink(cfg, run_dir, resumed_at is not None))
         if cfg.logger.tensorboard:
             from walle_ray.logging.tensorboard_sink import TensorBoardSink
 
-            sinks.append(TensorBoardSink(cfg, run_dir, resumed))
+            sinks.append(TensorBoardSink(cfg, run_dir, resumed_at))
         if cfg.logger.ray_metrics and on_ray:
             from walle_ray.logging.ray_metrics import RayMetrics
 
@@ -319,7 +320,8 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             if dropped:
                 print(f"walle_ray: metrics.jsonl: {dropped} line(s) after the checkpoint dropped; "
                       "the resumed run writes those iterations again", flush=True)
-        metrics = make_sinks(cfg, run_dir, resumed=ckpt is not None, on_ray=not topo.local)
+        metrics = make_sinks(cfg, run_dir, counters["env_steps"] if ckpt is not None else None,
+                             on_ray=not topo.local)
         # A run with no samplers sees episodes only in evaluation: the window holds one's.
         window = ReturnWindow(cfg.eval.episodes if offline else cfg.run.return_window,
                               counters.get("recent_returns"))
