@@ -49,13 +49,16 @@ def make_learners(cfg: DictConfig, algo: Algorithm, packing: Packing, obs_space:
     from walle_ray.runtime import remote
 
     threads = cfg.learner.torch_threads or learner_threads(cfg, algo, packing, plan)
+    # Unset, a synchronous learner measures whether its threads pay (``runtime/threads.py``).
+    choose = not cfg.learner.torch_threads and algo.loop == "sync"
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
     runtime_env = role_runtime_env(cfg.run.ray_preload)
     learners = [
         remote.RemoteLearner.options(name=role_name("learner", group), num_cpus=plan.learner_cpus,
                                      num_gpus=plan.learner_gpus, runtime_env=runtime_env,
                                      resources=role_resources(cfg, "learner")).remote(
-            algo.learner(cfg, len(group)), obs_space, action_space, device=device, threads=threads)
+            algo.learner(cfg, len(group)), obs_space, action_space, device=device, threads=threads,
+            choose_threads=choose)
         for group in packing.learners]
     if len(learners) > 1:
         try:

@@ -21,6 +21,7 @@ from walle_ray.actors.restart import RestartingSampler
 from walle_ray.runtime.memory_worker import AsyncMemoryWorker, Placed
 from walle_ray.pulse import PULSE, thread_stacks, working
 from walle_ray.runtime.process import prepare_process
+from walle_ray.runtime.threads import ThreadChoice
 
 
 # A sampler's per-fragment stats that a call's report sums over its fragments.
@@ -341,10 +342,13 @@ class LearnerWorker(Watched, Placed):
     """
 
     def __init__(self, spec: tuple[type, tuple, dict], obs_space, action_space,
-                 device: str = "cpu", threads: int = 1):
+                 device: str = "cpu", threads: int = 1, choose_threads: bool = False):
         """``spec``: the learner the algorithm names (``Algorithm.learner``), built here with
-        the env's spaces after ``threads`` torch threads are set up."""
+        the env's spaces after ``threads`` torch threads are set up. ``choose_threads``: a
+        synchronous learner times its first updates with those threads and with one, and
+        keeps the faster (``runtime/threads.py``)."""
         prepare_process(torch_threads=threads)
+        self.threads = ThreadChoice(torch.get_num_threads() if choose_threads else 1)
         cls, args, kwargs = spec
         self.learner = cls(*args, obs_space, action_space, device=device, **kwargs)
         self.ps = ParameterServer()
@@ -480,7 +484,15 @@ class LearnerWorker(Watched, Placed):
         the publish cost the caller one round trip."""
         with PULSE.waiting("samplers"):
             fragments = ray.get(fragments)
+        threads = self.threads.next()
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+        started = time.perf_counter()
         metrics = self.learner.update(fragments, env_steps)
+        line = self.threads.timed(threads, time.perf_counter() - started,
+                                  int(metrics.get("grad_steps", 1)))
+        if line is not None:
+            print(line, flush=True)
         return metrics, (self.publish(publish_to, wait=False) if publishes else None)
 
     def publish(self, ps=None, wait: bool = True) -> tuple[int, list]:

@@ -1,0 +1,51 @@
+"""A synchronous learner's torch threads, chosen by timing its own updates.
+
+In PPO's synchronous loop the samplers wait while the learner updates, so the learner may
+take their CPUs as torch threads (``ray_fleet.learner_threads``). Whether that pays depends
+on the work in each gradient step: a wide network's matrix products split well across
+threads, while a small MLP's many tiny operations meet at a barrier after each one, and
+whichever other process holds a CPU for a moment (Ray's own among them) stalls them all.
+On a small machine the difference runs both ways and is large (docs/performance.md,
+"Overlap or threads"), so the learner measures it rather than guessing.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+
+class ThreadChoice:
+    """After one update to warm up (on one thread), times ``rounds`` updates with ``threads``
+    torch threads and ``rounds`` with one, taking turns (so that what else the machine does in the run's
+    first seconds weighs on both alike), per gradient step; then keeps the count with the
+    lower median for the rest of the run. With ``threads`` of 1 there is nothing to choose."""
+
+    def __init__(self, threads: int, rounds: int = 3):
+        self.threads, self.rounds = threads, rounds
+        self.calls = 0
+        self.per_step: dict[int, list[float]] = {threads: [], 1: []}
+        self.chosen: int | None = threads if threads <= 1 else None
+
+    def next(self) -> int:
+        """The torch threads for the next update."""
+        if self.chosen is not None:
+            return self.chosen
+        return self.threads if self.calls % 2 else 1  # the warm-up (call 0) on one
+
+    def timed(self, threads: int, seconds: float, steps: int) -> str | None:
+        """An update's wall seconds with ``threads`` threads over its ``steps`` gradient steps;
+        returns a line saying what was chosen, once, when it is."""
+        if self.chosen is not None:
+            return None
+        if self.calls > 0:  # the first builds what it needs: not timed
+            self.per_step[threads].append(seconds / max(1, steps))
+        self.calls += 1
+        if self.calls <= 2 * self.rounds:
+            return None
+        typical = {t: statistics.median(times) for t, times in self.per_step.items()}
+        self.chosen = min(typical, key=typical.__getitem__)
+        other = 1 if self.chosen != 1 else self.threads
+        return (f"walle_ray: learner: {self.chosen} torch thread{'s' * (self.chosen > 1)}, "
+                f"{typical[self.chosen] * 1e3:.2f} ms a gradient step against "
+                f"{typical[other] * 1e3:.2f} ms with {other} (measured on its first updates; "
+                "learner.torch_threads sets it)")
