@@ -187,9 +187,9 @@ def test_the_window_says_whether_returns_would_reach_a_target():
 @pytest.mark.parametrize("topology", ["local", "1a1m1l"])
 def test_a_synchronous_run_stopped_at_its_return_keeps_the_weights_that_reached_it(
         tmp_path, topology):
-    """PPO on Counting (every episode returns 10): the first iteration's episodes fill the
-    window at 10, so the run stops without the update after them, and its checkpoint holds
-    the weights that played them (version 0), not an update no episode has scored. A later
+    """PPO on Counting (every episode returns 10): the window of 20 fills at 10 in the fourth
+    iteration, so the run stops without the update after it, and its checkpoint holds the
+    weights that played its episodes (version 3), not an update no episode has scored. An
     iteration whose episodes do not reach the target is learned from as before."""
     import torch
 
@@ -199,11 +199,13 @@ def test_a_synchronous_run_stopped_at_its_return_keeps_the_weights_that_reached_
                   algo={"batch_size": 64, "minibatch_size": 32, "epochs": 1},
                   logger={"progress": "off"})
     result = walle_ray.train(run_dir=tmp_path / "stop", **common,
-                             run={"stop_at_return": 10, "return_window": 4,
+                             run={"stop_at_return": 10, "return_window": 20,
                                   "total_env_steps": 640})
-    assert result.stopped_by == "return" and result.counters["iterations"] == 1
+    # 4 envs, 16 steps each an iteration: episodes of 10 steps end 4 at a time at each env's
+    # steps 10, 20, ..., so the window holds 4, 12, 16, then 24 episodes
+    assert result.stopped_by == "return" and result.counters["iterations"] == 4
     ckpt = torch.load(tmp_path / "stop" / "checkpoints" / "last.pt", weights_only=True)
-    assert ckpt["learner"]["version"] == 0 and ckpt["counters"]["env_steps"] == 64
+    assert ckpt["learner"]["version"] == 3 and ckpt["counters"]["env_steps"] == 256
     last = json.loads((tmp_path / "stop" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["return"] == 10 and last["learn_s"] == 0
 

@@ -168,7 +168,8 @@ def milestone_summary(counters: dict) -> dict:
 def make_sinks(cfg: DictConfig, run_dir: Path, resumed_at: int | None, on_ray: bool) -> Sinks:
     """metrics.jsonl always; W&B with logger=wandb; TensorBoard with logger.tensorboard; Ray
     gauges when running on Ray. ``resumed_at``: the env steps of the checkpoint a resumed
-    run starts from, after which what the sinks hold is written again. Where W&B or TensorBoard take media, the end of a synchronous
+    run starts from; metrics.jsonl and TensorBoard drop what they hold past it, and the
+    resumed run writes those steps again (W&B keeps it: docs/watching.md). Where W&B or TensorBoard take media, the end of a synchronous
     run adds its timing figure (``<run dir>/timing.png``).
 
     A new run creates metrics.jsonl: where another run created it first, in the same
