@@ -1,37 +1,89 @@
 """A synchronous learner's torch threads, chosen by timing its first updates both ways."""
 
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
 from walle_ray.runtime.threads import ThreadChoice
 
+from conftest import algorithm_for, make_cfg
 
-def run(choice: ThreadChoice, per_step: dict[int, float], warm_up_s: float = 9.0):
-    """Feeds ``choice`` updates of 10 gradient steps timed by ``per_step`` until it chooses;
-    returns the thread counts it asked for and the line it gave."""
+
+def run(choice: ThreadChoice, per_step, first_s: float = 9.0):
+    """Feeds ``choice`` updates of 10 gradient steps until it chooses, the first at each
+    count taking ``first_s`` and the k-th timed one at ``threads`` ``per_step(threads, k)``
+    a step; returns the thread counts it asked for and the line it gave."""
     asked, line = [], None
     while choice.chosen is None:
         threads = choice.next()
+        k = asked.count(threads)
         asked.append(threads)
-        seconds = warm_up_s if not asked[:-1] else per_step[threads] * 10
+        seconds = first_s if k == 0 else per_step(threads, k - 1) * 10
         line = choice.timed(threads, seconds, 10)
     return asked, line
 
 
 def test_small_steps_that_threads_slow_down_run_on_one():
     choice = ThreadChoice(2)
-    asked, line = run(choice, {2: 3.4e-3, 1: 1.6e-3})
-    assert asked == [1, 2, 1, 2, 1, 2, 1] and choice.chosen == 1 and choice.next() == 1
+    asked, line = run(choice, lambda t, k: {2: 3.4e-3, 1: 1.6e-3}[t])
+    assert asked == [1, 2, 1, 2, 1, 2, 1, 2] and choice.chosen == 1 and choice.next() == 1
     assert line.startswith("walle_ray: learner: 1 torch thread, 1.60 ms a gradient step "
                            "against 3.40 ms with 2")
     assert choice.timed(1, 1.0, 10) is None  # said once
 
 
-def test_steps_that_threads_speed_up_keep_them_and_the_warm_up_is_not_counted():
+def test_the_first_update_at_each_count_is_not_timed_and_one_slow_update_does_not_decide():
     choice = ThreadChoice(4)
-    asked, line = run(choice, {4: 2.0e-3, 1: 2.6e-3}, warm_up_s=100.0)
-    assert asked == [1, 4, 1, 4, 1, 4, 1] and choice.chosen == 4
-    assert choice.per_step == {4: [2.0e-3] * 3, 1: [2.6e-3] * 3}
+    # 4 threads: 2.0 ms a step but for one update a hundred times slower; 1 thread: 2.6 ms
+    asked, line = run(choice, lambda t, k: 0.2 if (t, k) == (4, 1) else {4: 2.0e-3, 1: 2.6e-3}[t],
+                      first_s=100.0)
+    assert asked == [1, 4, 1, 4, 1, 4, 1, 4] and choice.chosen == 4
+    assert sorted(choice.per_step[4]) == pytest.approx([2.0e-3, 2.0e-3, 0.2])
+    assert choice.per_step[1] == pytest.approx([2.6e-3] * 3)
     assert "4 torch threads, 2.00 ms a gradient step against 2.60 ms with 1" in line
 
 
-def test_one_thread_has_nothing_to_choose():
+def test_nothing_to_choose_with_one_thread_or_an_update_without_gradient_steps():
     choice = ThreadChoice(1)
     assert choice.chosen == 1 and choice.next() == 1 and choice.timed(1, 1.0, 5) is None
+    choice = ThreadChoice(2)  # ES's update reports no gradient steps: its threads stay
+    assert choice.timed(choice.next(), 1.0, None) is None and choice.chosen == 2
+
+
+@pytest.mark.parametrize("choose", [False, True])
+def test_a_learner_keeps_threads_it_was_given_and_chooses_only_when_asked(monkeypatch, choose):
+    """The learner process's wiring: threads it was given (``learner.torch_threads``,
+    topology=auto) stay; asked to choose, it times its updates in turns and ends on the
+    faster count, here one (a fake clock makes each update take 10 ms a thread)."""
+    from test_ppo_update import batch
+
+    from walle_ray.models import make_actor_critic
+    from walle_ray.runtime import remote
+    from walle_ray.runtime.process import usable_cpus
+
+    monkeypatch.setattr(remote.ray, "get", lambda refs: refs)  # the fragments themselves
+    clock = {"now": 0.0}
+    monkeypatch.setattr(remote.time, "perf_counter", lambda: clock["now"])
+    cfg = make_cfg("algo.minibatch_size=32", "algo.epochs=1")
+    obs, act = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), gym.spaces.Discrete(3)
+    before = torch.get_num_threads()
+    try:
+        worker = remote.LearnerWorker(algorithm_for(cfg.algo).learner(cfg, 1), obs, act,
+                                      threads=2, choose_threads=choose)
+        update = worker.learner.update
+
+        def ten_ms_a_thread(fragments, env_steps):
+            clock["now"] += 0.01 * torch.get_num_threads()
+            return update(fragments, env_steps)
+
+        worker.learner.update = ten_ms_a_thread
+        fragment = batch(make_actor_critic(obs, act, cfg.model))
+        seen = [worker.learn([fragment], 0)[0]["torch_threads"] for _ in range(10)]
+    finally:
+        torch.set_num_threads(before)
+    given = min(2, usable_cpus())
+    if not choose:
+        assert seen == [given] * 10
+    elif given == 2:
+        assert seen == [1, 2, 1, 2, 1, 2, 1, 1, 1, 1] and worker.threads.chosen == 1

@@ -132,8 +132,9 @@ class LearnerConfig:
     """Where learners run."""
 
     num_gpus: float = 0.0  # GPUs per learner actor; >0 fails fast when the cluster has none
-    # Intra-op threads of a learner; 0: its CPU share, at least 1, where a synchronous learner
-    # times its first updates with those and with one and keeps the faster (runtime/threads.py)
+    # Intra-op threads of a learner; 0: its CPU share, at least 1, where a synchronous CPU
+    # learner (one, not compiled) times its first updates with those and with one and keeps
+    # the faster (runtime/threads.py)
     torch_threads: int = 0
     group_timeout_s: float = 120.0  # how long learners wait for each other in a collective
     on_nonfinite: str = "skip"  # a NaN/inf loss or gradient: skip that step, or stop the run

@@ -49,8 +49,11 @@ def make_learners(cfg: DictConfig, algo: Algorithm, packing: Packing, obs_space:
     from walle_ray.runtime import remote
 
     threads = cfg.learner.torch_threads or learner_threads(cfg, algo, packing, plan)
-    # Unset, a synchronous learner measures whether its threads pay (``runtime/threads.py``).
-    choose = not cfg.learner.torch_threads and algo.loop == "sync"
+    # Unset, a synchronous learner alone on the CPU measures whether its threads pay
+    # (``runtime/threads.py``). Not a compiled step, which compiles again for each count,
+    # nor several learners, whose optimizer steps must reduce alike.
+    choose = (not cfg.learner.torch_threads and algo.loop == "sync" and plan.learner_gpus == 0
+              and not cfg.algo.get("compile", False) and len(packing.learners) == 1)
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
     runtime_env = role_runtime_env(cfg.run.ray_preload)
     learners = [

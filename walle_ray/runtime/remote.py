@@ -348,7 +348,7 @@ class LearnerWorker(Watched, Placed):
         synchronous learner times its first updates with those threads and with one, and
         keeps the faster (``runtime/threads.py``)."""
         prepare_process(torch_threads=threads)
-        self.threads = ThreadChoice(torch.get_num_threads() if choose_threads else 1)
+        self.threads = ThreadChoice(torch.get_num_threads()) if choose_threads else None
         cls, args, kwargs = spec
         self.learner = cls(*args, obs_space, action_space, device=device, **kwargs)
         self.ps = ParameterServer()
@@ -484,16 +484,27 @@ class LearnerWorker(Watched, Placed):
         the publish cost the caller one round trip."""
         with PULSE.waiting("samplers"):
             fragments = ray.get(fragments)
+        if self.threads is None or self.threads.chosen is not None:
+            metrics = self.learner.update(fragments, env_steps)
+        else:
+            metrics = self._timed_update(fragments, env_steps)
+        metrics["torch_threads"] = torch.get_num_threads()
+        return metrics, (self.publish(publish_to, wait=False) if publishes else None)
+
+    def _timed_update(self, fragments: list, env_steps: int) -> dict:
+        """An update while the learner chooses its torch threads (``runtime/threads.py``)."""
         threads = self.threads.next()
-        if threads != torch.get_num_threads():
-            torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
         started = time.perf_counter()
         metrics = self.learner.update(fragments, env_steps)
+        steps = metrics.get("grad_steps")
         line = self.threads.timed(threads, time.perf_counter() - started,
-                                  int(metrics.get("grad_steps", 1)))
+                                  None if steps is None else int(steps))
+        if self.threads.chosen is not None:
+            torch.set_num_threads(self.threads.chosen)
         if line is not None:
             print(line, flush=True)
-        return metrics, (self.publish(publish_to, wait=False) if publishes else None)
+        return metrics
 
     def publish(self, ps=None, wait: bool = True) -> tuple[int, list]:
         """Put the weights in the object store once and hand their box (a list holding the

@@ -15,10 +15,13 @@ import statistics
 
 
 class ThreadChoice:
-    """After one update to warm up (on one thread), times ``rounds`` updates with ``threads``
-    torch threads and ``rounds`` with one, taking turns (so that what else the machine does in the run's
-    first seconds weighs on both alike), per gradient step; then keeps the count with the
-    lower median for the rest of the run. With ``threads`` of 1 there is nothing to choose."""
+    """Leaves one update untimed at each count (the first builds what it needs, and a
+    compiled step compiles again for a new count), then times ``rounds`` updates with
+    ``threads`` torch threads and ``rounds`` with one, taking turns (so that what else the
+    machine does in the run's first seconds weighs on both alike), per gradient step; then
+    keeps the count with the lower median for the rest of the run. With ``threads`` of 1
+    there is nothing to choose; an update that reports no gradient steps (ES's) keeps
+    ``threads``."""
 
     def __init__(self, threads: int, rounds: int = 3):
         self.threads, self.rounds = threads, rounds
@@ -27,20 +30,23 @@ class ThreadChoice:
         self.chosen: int | None = threads if threads <= 1 else None
 
     def next(self) -> int:
-        """The torch threads for the next update."""
+        """The torch threads for the next update: 1, ``threads`` (both untimed), then in turns."""
         if self.chosen is not None:
             return self.chosen
-        return self.threads if self.calls % 2 else 1  # the warm-up (call 0) on one
+        return self.threads if self.calls % 2 else 1
 
-    def timed(self, threads: int, seconds: float, steps: int) -> str | None:
-        """An update's wall seconds with ``threads`` threads over its ``steps`` gradient steps;
-        returns a line saying what was chosen, once, when it is."""
+    def timed(self, threads: int, seconds: float, steps: int | None) -> str | None:
+        """An update's wall seconds with ``threads`` threads (what ``next`` gave) over its
+        ``steps`` gradient steps; returns a line saying what was chosen, once, when it is."""
         if self.chosen is not None:
             return None
-        if self.calls > 0:  # the first builds what it needs: not timed
+        if steps is None:  # no gradient steps to time: keep the threads given
+            self.chosen = self.threads
+            return None
+        if self.calls >= 2:
             self.per_step[threads].append(seconds / max(1, steps))
         self.calls += 1
-        if self.calls <= 2 * self.rounds:
+        if self.calls < 2 + 2 * self.rounds:
             return None
         typical = {t: statistics.median(times) for t, times in self.per_step.items()}
         self.chosen = min(typical, key=typical.__getitem__)
