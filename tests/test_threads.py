@@ -24,22 +24,23 @@ def run(choice: ThreadChoice, per_step, first_s: float = 9.0):
     return asked, line
 
 
-def test_small_steps_that_threads_slow_down_run_on_one():
+def test_small_steps_that_threads_slow_down_run_on_one_after_a_round_that_is_clear():
     choice = ThreadChoice(2)
     asked, line = run(choice, lambda t, k: {2: 3.4e-3, 1: 1.6e-3}[t])
-    assert asked == [1, 2, 1, 2, 1, 2, 1, 2] and choice.chosen == 1 and choice.next() == 1
+    assert asked == [1, 2, 1, 2, 1, 2] and choice.chosen == 1 and choice.next() == 1
     assert line.startswith("walle_ray: learner: 1 torch thread, 1.60 ms a gradient step "
                            "against 3.40 ms with 2")
     assert choice.timed(1, 1.0, 10) is None  # said once
 
 
-def test_the_first_update_at_each_count_is_not_timed_and_one_slow_update_does_not_decide():
-    choice = ThreadChoice(4)
-    # 4 threads: 2.0 ms a step but for one update a hundred times slower; 1 thread: 2.6 ms
-    asked, line = run(choice, lambda t, k: 0.2 if (t, k) == (4, 1) else {4: 2.0e-3, 1: 2.6e-3}[t],
+def test_the_first_update_at_each_count_is_not_timed_and_slow_updates_do_not_decide():
+    choice = ThreadChoice(4)  # close: every round of the three
+    # 4 threads: 2.0 ms a step but for two updates a hundred times slower (another process
+    # held a CPU), so that the median would pick one thread; 1 thread: 2.6 ms
+    asked, line = run(choice, lambda t, k: 0.2 if t == 4 and k > 0 else {4: 2.0e-3, 1: 2.6e-3}[t],
                       first_s=100.0)
     assert asked == [1, 4, 1, 4, 1, 4, 1, 4] and choice.chosen == 4
-    assert sorted(choice.per_step[4]) == pytest.approx([2.0e-3, 2.0e-3, 0.2])
+    assert choice.per_step[4] == pytest.approx([2.0e-3, 0.2, 0.2])
     assert choice.per_step[1] == pytest.approx([2.6e-3] * 3)
     assert "4 torch threads, 2.00 ms a gradient step against 2.60 ms with 1" in line
 

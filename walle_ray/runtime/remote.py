@@ -486,9 +486,9 @@ class LearnerWorker(Watched, Placed):
             fragments = ray.get(fragments)
         if self.threads is None or self.threads.chosen is not None:
             metrics = self.learner.update(fragments, env_steps)
+            metrics["torch_threads"] = torch.get_num_threads()
         else:
             metrics = self._timed_update(fragments, env_steps)
-        metrics["torch_threads"] = torch.get_num_threads()
         return metrics, (self.publish(publish_to, wait=False) if publishes else None)
 
     def _timed_update(self, fragments: list, env_steps: int) -> dict:
@@ -497,6 +497,7 @@ class LearnerWorker(Watched, Placed):
         torch.set_num_threads(threads)
         started = time.perf_counter()
         metrics = self.learner.update(fragments, env_steps)
+        metrics["torch_threads"] = threads
         steps = metrics.get("grad_steps")
         line = self.threads.timed(threads, time.perf_counter() - started,
                                   None if steps is None else int(steps))

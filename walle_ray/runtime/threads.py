@@ -11,20 +11,19 @@ On a small machine the difference runs both ways and is large (docs/performance.
 
 from __future__ import annotations
 
-import statistics
-
 
 class ThreadChoice:
     """Leaves one update untimed at each count (the first builds what it needs, and a
-    compiled step compiles again for a new count), then times ``rounds`` updates with
-    ``threads`` torch threads and ``rounds`` with one, taking turns (so that what else the
-    machine does in the run's first seconds weighs on both alike), per gradient step; then
-    keeps the count with the lower median for the rest of the run. With ``threads`` of 1
-    there is nothing to choose; an update that reports no gradient steps (ES's) keeps
-    ``threads``."""
+    compiled step compiles again for a new count), then times updates with ``threads`` torch
+    threads and with one, taking turns (so that what else the machine does in the run's
+    first seconds weighs on both alike), per gradient step. Another process can only slow an
+    update down, so each count is judged by its fastest. From the second round of two on, it
+    keeps the faster count where it is ``clear`` times faster, and after ``rounds`` rounds
+    in any case, for the rest of the run. With ``threads`` of 1 there is nothing to choose; an
+    update that reports no gradient steps (ES's) keeps ``threads``."""
 
-    def __init__(self, threads: int, rounds: int = 3):
-        self.threads, self.rounds = threads, rounds
+    def __init__(self, threads: int, rounds: int = 3, clear: float = 1.5):
+        self.threads, self.rounds, self.clear = threads, rounds, clear
         self.calls = 0
         self.per_step: dict[int, list[float]] = {threads: [], 1: []}
         self.chosen: int | None = threads if threads <= 1 else None
@@ -46,12 +45,16 @@ class ThreadChoice:
         if self.calls >= 2:
             self.per_step[threads].append(seconds / max(1, steps))
         self.calls += 1
-        if self.calls < 2 + 2 * self.rounds:
+        timed = self.calls - 2
+        if timed < 4 or timed % 2:
             return None
-        typical = {t: statistics.median(times) for t, times in self.per_step.items()}
-        self.chosen = min(typical, key=typical.__getitem__)
+        fastest = {t: min(times) for t, times in self.per_step.items()}
+        best = min(fastest, key=fastest.__getitem__)
+        if timed < 2 * self.rounds and max(fastest.values()) < self.clear * fastest[best]:
+            return None
+        self.chosen = best
         other = 1 if self.chosen != 1 else self.threads
         return (f"walle_ray: learner: {self.chosen} torch thread{'s' * (self.chosen > 1)}, "
-                f"{typical[self.chosen] * 1e3:.2f} ms a gradient step against "
-                f"{typical[other] * 1e3:.2f} ms with {other} (measured on its first updates; "
+                f"{fastest[self.chosen] * 1e3:.2f} ms a gradient step against "
+                f"{fastest[other] * 1e3:.2f} ms with {other} (measured on its first updates; "
                 "learner.torch_threads sets it)")
