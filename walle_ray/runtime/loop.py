@@ -46,7 +46,7 @@ def stop_reason(cfg: DictConfig, counters: dict, window, started: float, signals
         return "budget"
     if cfg.run.max_wall_s is not None and time.perf_counter() - started >= cfg.run.max_wall_s:
         return "wall"
-    if cfg.run.stop_at_return is not None and window.full and window.mean >= cfg.run.stop_at_return:
+    if cfg.run.stop_at_return is not None and window.reaches(cfg.run.stop_at_return, []):
         return "return"
     return None
 

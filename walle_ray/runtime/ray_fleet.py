@@ -402,10 +402,10 @@ class RayFleet:
     def _iteration(self, env_steps: int, learn_if: LearnIf | None) -> Step:
         """Every sampler's fragment, each learner process given the references of those its
         shards learn from (sampler i's goes to the learner reading memory i mod M); one
-        update, unless ``learn_if(reports)`` says not; new weights. With ``algo.overlap`` the samplers are called for the next
-        batch as the update starts, with the weights before it, so the next iteration finds
-        its batch collected or under way, and learns from it one version behind (a policy
-        lag of 1)."""
+        update, unless ``learn_if(reports)`` says not; new weights. With ``algo.overlap``
+        the samplers are called for the next batch as the update starts, with the weights
+        before it, so the next iteration finds its batch collected or under way, and learns
+        from it one version behind (a policy lag of 1)."""
         t0 = time.perf_counter()
         deadline = t0 + self.timeout_s
         if not self.prefetched:
