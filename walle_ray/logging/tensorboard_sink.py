@@ -21,8 +21,8 @@ class TensorBoardSink:
     A new run writes its config as text (``config``) once; a resumed run adds an event file
     to the same directory, which TensorBoard reads as one run, and hides what the files
     before it hold past its checkpoint's step (``purge_step``), as metrics.jsonl drops its
-    lines after the checkpoint: the resumed run writes those steps again. Each record is flushed, as
-    metrics.jsonl's lines are. Evaluation videos are not written here: TensorBoard's own
+    lines after the checkpoint: the resumed run writes those steps again. Each record is
+    flushed, as metrics.jsonl's lines are. Evaluation videos are not written here: TensorBoard's own
     video format needs moviepy; the MP4s stay under the run's ``videos/``.
     """
 
