@@ -75,3 +75,18 @@ def test_without_the_dashboards_packages_the_run_starts_without_it(monkeypatch, 
     assert asked["include_dashboard"] is False
     assert len(out) == 1 and out[0].startswith("walle_ray: no Ray dashboard: ")
     assert "ray[default]" in out[0]
+
+
+def test_ray_address_local_starts_the_runs_own_instance(monkeypatch, capsys):
+    """RAY_ADDRESS=local is Ray's word for a new local instance: it gets what a run's own
+    instance gets (its CPUs, loopback servers, roles in a session of their own, which a
+    signal to the run's process group must not reach), not a bare ``ray.init("local")``."""
+    import ray
+
+    asked = {}
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: asked.update(kw) or SimpleNamespace(dashboard_url=None))
+    ray_init.start_ray(None, 2, "walle_test")
+    assert "address" not in asked and asked["num_cpus"] == 2
+    assert asked["_node_ip_address"] == "127.0.0.1"

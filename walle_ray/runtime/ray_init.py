@@ -18,6 +18,8 @@ from walle_ray.config import ConfigError
 def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None:
     """Join ``address`` (or RAY_ADDRESS, or the job's cluster) if given, else start locally.
 
+    "local", Ray's word for a new local instance, starts one as no address does.
+
     A local instance binds its dashboard to 127.0.0.1; set RAY_DASHBOARD_HOST (e.g. 0.0.0.0)
     to reach it from other machines. Its node address is the loopback one
     (``loopback_node``), so that its other servers, the Prometheus endpoints that answer
@@ -28,6 +30,8 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
+    if address == "local":
+        address = None
     kwargs = dict(namespace=namespace, logging_level=logging.ERROR, log_to_driver=True)
     with keep_python_handlers():
         if address:
