@@ -49,7 +49,7 @@ from walle_ray.algos import register_configs
 from walle_ray.config import ModelConfig, TopologyConfig
 from walle_ray.envs import env_spaces
 from walle_ray.models import make_actor_critic
-from walle_ray.runtime.ray_fleet import pins_samplers
+from walle_ray.runtime.role_setup import pins_samplers
 from walle_ray.runtime.preload import worker_runtime_env
 from walle_ray.algos.spec import fragment_sampler_args
 from walle_ray.actors.sampler import Sampler

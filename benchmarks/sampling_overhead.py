@@ -91,8 +91,8 @@ from walle_ray.envs import env_spaces, make_vector_env
 from walle_ray.models import ActorCritic, make_actor_critic
 from walle_ray.runtime.preload import worker_runtime_env
 from walle_ray.actors.sampler import Sampler
-from walle_ray.runtime.remote import (MemoryRef, RemoteParameterServer, RemoteSampler, SlotSpec,
-                                      pin_to_cpu)
+from walle_ray.runtime.remote import MemoryRef, RemoteParameterServer, RemoteSampler, SlotSpec
+from walle_ray.runtime.sampler_worker import pin_to_cpu
 
 TARGET_OVERHEAD = 0.10
 ASK_SHARE = 1 / 2  # ray_stream asks for weights halfway through: the answer is never waited for

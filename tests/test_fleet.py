@@ -218,7 +218,7 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
     (["algo=impala"], "8a1m1l", 1),  # asynchronous: samplers never wait for it
 ])
 def test_a_learner_takes_the_idle_samplers_cpus_in_a_synchronous_loop(overrides, spec, threads):
-    from walle_ray.runtime.ray_fleet import learner_threads
+    from walle_ray.runtime.role_setup import learner_threads
     from walle_ray.topology import plan_packing
 
     topo = parse_topology(spec)
@@ -238,7 +238,7 @@ def test_a_learner_takes_the_idle_samplers_cpus_in_a_synchronous_loop(overrides,
 def test_an_asynchronous_learner_runs_the_threads_of_its_cpus(spec, cpus, learner_cpus, threads):
     """A packed process's update takes the rows one learner's would (``algo.batch_size`` is
     the whole update's), so it runs the threads of the CPUs it asked for, not one per shard."""
-    from walle_ray.runtime.ray_fleet import learner_threads
+    from walle_ray.runtime.role_setup import learner_threads
     from walle_ray.topology import plan_packing
 
     topo = parse_topology(spec)

@@ -168,7 +168,7 @@ def check_packed_against_a_pair(ray) -> None:
 
 
 def test_learners_that_share_a_gpu_are_found():
-    from walle_ray.runtime.ray_fleet import shares_a_gpu
+    from walle_ray.runtime.role_setup import shares_a_gpu
 
     assert not shares_a_gpu([[("n1", "0")], [("n1", "1")], [("n2", "0")]])
     assert shares_a_gpu([[("n1", "0")], [("n1", "0")]])  # learner.num_gpus=0.5

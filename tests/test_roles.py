@@ -322,6 +322,22 @@ def test_sampler_worker_pulls_published_weights(ray_session):
     ray.kill(ps)
 
 
+def test_memory_and_parameter_server_processes_load_neither_torch_nor_envs(ray_session):
+    """Their bodies live in a light module (``runtime/memory_worker.py``), so the processes
+    that only hold fragments or a weights box stay small."""
+    import sys
+
+    from walle_ray.runtime.remote import RemoteAsyncMemory, RemoteParameterServer
+
+    ray = ray_session
+    loaded = lambda worker: {m for m in ("torch", "gymnasium") if m in sys.modules}  # noqa: E731
+    actors = [RemoteParameterServer.options(num_cpus=0.1).remote(),
+              RemoteAsyncMemory.options(num_cpus=0.1).remote({})]
+    assert ray.get([a.__ray_call__.remote(loaded) for a in actors], timeout=60) == [set(), set()]
+    for actor in actors:
+        ray.kill(actor)
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
 def test_pinned_sampler_runs_on_one_cpu_with_the_threads_it_starts(ray_session):
     """``pin=i`` puts sampler i on CPU i mod (its usable CPUs) before its env starts any
@@ -366,7 +382,8 @@ def test_streaming_sampler_takes_weights_asked_for_before_the_fragment_ended(ray
     """In ``run``, a sampler asks for newer weights a few steps before a fragment ends and
     uses the answer for the next one, without a blocking pull; what was published before it
     asked is in that answer. A rebuilt sampler (version -1) pulls again."""
-    from walle_ray.runtime.remote import RemoteParameterServer, SamplerWorker
+    from walle_ray.runtime.remote import RemoteParameterServer
+    from walle_ray.runtime.sampler_worker import SamplerWorker
 
     ray = ray_session
     ps = RemoteParameterServer.remote()
@@ -403,7 +420,8 @@ def test_streaming_sampler_takes_weights_asked_for_before_the_fragment_ended(ray
 def test_a_sampler_process_gives_each_of_its_samplers_the_weights_it_pulled_once(ray_session):
     """A packed sampler process: its samplers keep their own envs and seeds, and all act with
     the newest weights the process fetched, without a round trip each."""
-    from walle_ray.runtime.remote import RemoteParameterServer, SamplerWorker
+    from walle_ray.runtime.remote import RemoteParameterServer
+    from walle_ray.runtime.sampler_worker import SamplerWorker
 
     ray = ray_session
     ps = RemoteParameterServer.remote()

@@ -60,18 +60,18 @@ def test_a_learner_keeps_threads_it_was_given_and_chooses_only_when_asked(monkey
     from test_ppo_update import batch
 
     from walle_ray.models import make_actor_critic
-    from walle_ray.runtime import remote
+    from walle_ray.runtime import learner_worker
     from walle_ray.runtime.process import usable_cpus
 
-    monkeypatch.setattr(remote.ray, "get", lambda refs: refs)  # the fragments themselves
+    monkeypatch.setattr(learner_worker.ray, "get", lambda refs: refs)  # the fragments themselves
     clock = {"now": 0.0}
-    monkeypatch.setattr(remote.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(learner_worker.time, "perf_counter", lambda: clock["now"])
     cfg = make_cfg("algo.minibatch_size=32", "algo.epochs=1")
     obs, act = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), gym.spaces.Discrete(3)
     before = torch.get_num_threads()
     try:
-        worker = remote.LearnerWorker(algorithm_for(cfg.algo).learner(cfg, 1), obs, act,
-                                      threads=2, choose_threads=choose)
+        worker = learner_worker.LearnerWorker(algorithm_for(cfg.algo).learner(cfg, 1), obs, act,
+                                              threads=2, choose_threads=choose)
         update = worker.learner.update
 
         def ten_ms_a_thread(fragments, env_steps):

@@ -69,7 +69,7 @@ def test_samplers_are_pinned_only_with_a_cpu_for_each():
     """``topology.pin_samplers`` pins when the cluster has a CPU per sampler, never past that."""
     from conftest import make_cfg
 
-    from walle_ray.runtime.ray_fleet import pins_samplers
+    from walle_ray.runtime.role_setup import pins_samplers
 
     assert pins_samplers(make_cfg("topology=2a1m1l"), 2, 2.0)
     assert not pins_samplers(make_cfg("topology=4a1m1l"), 4, 2.0)

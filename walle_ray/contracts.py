@@ -106,9 +106,10 @@ class WeightsFeed(Protocol):
     """Where a sampler's weights come from (``SamplerRole.collect``). Before a fragment the
     sampler calls ``refresh(sampler)``, which hands it the newest weights the feed has
     (``sampler.set_weights``); ``lead`` steps before the fragment ends it calls ``ahead()``,
-    so a feed that asks over the network (a Ray sampler process, ``runtime/remote.py``) has
-    its answer by the next fragment. A test feeds a sampler with any object that has these;
-    ``LocalFleet`` feeds its samplers from its parameter server."""
+    so a feed that asks over the network (a Ray sampler process,
+    ``runtime/sampler_worker.py``) has its answer by the next fragment. A test feeds a sampler
+    with any object that has these; ``LocalFleet`` feeds its samplers from its parameter
+    server."""
 
     lead: int  # steps before a fragment ends at which ``ahead`` is called; 0: never
 
@@ -121,8 +122,8 @@ class WeightsFeed(Protocol):
 
 @runtime_checkable
 class SamplerRole(Protocol):
-    """What a sampler process (``runtime/remote.py`` ``SamplerWorker``) calls a logical
-    sampler by. ``Sampler`` (``actors/sampler.py``), the one acting loop, meets it for every
+    """What a sampler process (``runtime/sampler_worker.py`` ``SamplerWorker``) calls a
+    logical sampler by. ``Sampler`` (``actors/sampler.py``), the one acting loop, meets it for every
     algorithm that acts in fragments or transitions; ES's ``ESSampler`` meets it with
     whole episodes of perturbed policies instead (``algos/es/sampler.py``)."""
 

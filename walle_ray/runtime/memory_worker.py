@@ -1,4 +1,5 @@
-"""The memory processes' bodies, in a module that imports neither torch nor envs.
+"""The memory and parameter-server processes' bodies, in a module that imports neither
+torch nor envs.
 
 A memory process holds one or more logical memories (``topology.pack``), each under its
 topology index; every call names the one it is for.
@@ -10,48 +11,14 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from walle_ray.pulse import PULSE, thread_stacks
+from walle_ray.actors.param_server import ParameterServer
 from walle_ray.runtime.process import prepare_process
+from walle_ray.runtime.role_process import Placed
 
 if TYPE_CHECKING:
     from walle_ray.contracts import Memory
 
 Specs = dict  # logical index -> (memory class, args, kwargs)
-
-
-class Placed:
-    """What every role process answers: the id of the Ray node it runs on
-    (``RayFleet.placement``), and what it has cost (``usage``)."""
-
-    def where(self) -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    def progress(self) -> dict:
-        """How long this process's own work has gone without progress (``walle_ray/pulse.py``);
-        a process busy in one call answers only once it ends, which is how a stuck memory or
-        parameter server shows (``runtime/stalls.py``)."""
-        return PULSE.progress()
-
-    def stacks(self) -> str:
-        return thread_stacks()
-
-    def usage(self) -> dict:
-        """This process's cost so far (``runtime/milestones.py``): ``cpu_s``, the CPU time of
-        all its threads (env threads included); ``gpu_s``, the GPUs Ray gave it times its
-        lifetime. ``process`` names it across restarts (node and pid), so a process that
-        died keeps the cost it reported last."""
-        import os
-
-        import psutil
-        import ray
-
-        context = ray.get_runtime_context()
-        gpus = float(context.get_assigned_resources().get("GPU", 0.0))
-        alive_s = time.time() - psutil.Process().create_time()
-        return {"process": f"{context.get_node_id()[:12]}:{os.getpid()}",
-                "cpu_s": time.process_time(), "gpu_s": gpus * alive_s}
 
 
 class AsyncMemoryWorker(Placed):
@@ -156,3 +123,7 @@ class AsyncMemoryWorker(Placed):
             async with cond:
                 self.memories[k].load_state_dict(state)
                 cond.notify_all()
+
+
+class ParameterServerWorker(ParameterServer, Placed):
+    """The parameter server's process (``walle/ps``)."""

@@ -45,7 +45,7 @@ def usable_cpus() -> int:
 
 
 def prepare_process(torch_threads: int | None = None) -> None:
-    """What every role process (``runtime/remote.py``'s workers, and ``LocalFleet`` for the
+    """What every role process (``runtime/remote.py``'s actors, and ``LocalFleet`` for the
     driver) does first: keep freed memory for reuse and, in a process that computes with
     torch, run ``torch_threads`` intra-op threads, at most the CPUs it may use. A sampler
     process runs one: many share few cores, and more threads only contend."""

@@ -17,6 +17,7 @@ from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout, Step,
                                      count_faults, new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
+from walle_ray.runtime.role_setup import make_learners, pins_samplers, role_name, role_resources
 from walle_ray.runtime.stalls import StallWatch
 from walle_ray.topology import (Packing, ResourcePlan, Topology, equal_share, offers,
                                 plan_packing)
@@ -25,90 +26,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from walle_ray.algos.spec import Algorithm
-
-
-def role_name(role: str, group: tuple[int, ...]) -> str:
-    """A process's actor name from the logical roles it runs: ``walle/sampler-3``, or
-    ``walle/sampler-0,2,4`` for a packed one."""
-    return f"walle/{role}-{','.join(map(str, group))}"
-
-
-def role_resources(cfg: DictConfig, role: str) -> dict[str, float]:
-    """The custom Ray resources each process of ``role`` asks for (``topology.resources``)."""
-    asks = (cfg.topology.resources or {}).get(role) or {}
-    return {name: float(amount) for name, amount in asks.items()}
-
-
-def make_learners(cfg: DictConfig, algo: Algorithm, packing: Packing, obs_space: gym.Space,
-                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float) -> list:
-    """Learner processes, one per group of learner shards, each what the algorithm's
-    ``learner_spec`` names; with several, they form their torch.distributed group before
-    returning."""
-    import ray
-
-    from walle_ray.runtime import remote
-
-    threads = cfg.learner.torch_threads or learner_threads(cfg, algo, packing, plan)
-    # Unset, a synchronous learner alone on the CPU measures whether its threads pay
-    # (``runtime/threads.py``). Not a compiled step, which compiles again for each count,
-    # nor several learners, whose optimizer steps must reduce alike.
-    choose = (not cfg.learner.torch_threads and algo.loop == "sync" and plan.learner_gpus == 0
-              and not cfg.algo.get("compile", False) and len(packing.learners) == 1)
-    device = "cuda" if plan.learner_gpus > 0 else "cpu"
-    runtime_env = role_runtime_env(cfg.run.ray_preload)
-    learners = [
-        remote.RemoteLearner.options(name=role_name("learner", group), num_cpus=plan.learner_cpus,
-                                     num_gpus=plan.learner_gpus, runtime_env=runtime_env,
-                                     resources=role_resources(cfg, "learner")).remote(
-            algo.learner(cfg, len(group)), obs_space, action_space, device=device, threads=threads,
-            choose_threads=choose)
-        for group in packing.learners]
-    if len(learners) > 1:
-        try:
-            backend = None
-            if device == "cuda" and shares_a_gpu(ray.get([lr.gpus.remote() for lr in learners],
-                                                         timeout=timeout_s)):
-                backend = "gloo"
-                print(f"walle_ray: learner.num_gpus={plan.learner_gpus:g} puts learners on a "
-                      "shared GPU, which NCCL refuses; they reduce through the CPU with gloo",
-                      flush=True)
-            address, port = ray.get(learners[0].group_address.remote(), timeout=timeout_s)
-            ray.get([lr.join_group.remote(address, port, g, len(learners), backend)
-                     for g, lr in enumerate(learners)], timeout=timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            raise RoleTimeout(f"learners did not form their group within {timeout_s:.0f} s") from None
-    return learners
-
-
-def learner_threads(cfg: DictConfig, algo: Algorithm, packing: Packing, plan: ResourcePlan) -> int:
-    """Torch threads per learner process when ``learner.torch_threads`` is unset: the CPUs
-    Ray gives it, and in a synchronous loop without ``algo.overlap`` also its part of the
-    samplers' CPUs, which sit idle while it learns (docs/performance.md, "Overlap or
-    threads"). A process that packs several learner shards learns from the rows one learner
-    would (``algo.batch_size`` is the whole update's), so it gets no more threads than that
-    (docs/performance.md, "A packed learner's threads"). A learner never runs more threads
-    than its process may use CPUs (``runtime/process.py``)."""
-    cpus = plan.learner_cpus
-    if algo.loop == "sync" and not cfg.algo.get("overlap", False):
-        samplers = sum(len(group) for group in packing.samplers)
-        cpus += samplers * plan.sampler_cpus / len(packing.learners)
-        return max(1, round(cpus))
-    return max(1, int(cpus))
-
-
-def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:
-    """Whether two learner processes hold the same GPU (each given as its (node, GPU id)
-    pairs): fractional ``learner.num_gpus`` packs learners onto one GPU."""
-    held = [pair for process in gpus for pair in process]
-    return len(set(held)) < len(held)
-
-
-def pins_samplers(cfg: DictConfig, processes: int, cluster_cpus: float) -> bool:
-    """Whether sampler process p runs pinned to a CPU (``topology.pin_samplers``): only when
-    the cluster has a CPU for each sampler process. With more than CPUs, pinned samplers
-    cannot move away from each other or the learner (docs/performance.md, "Pinning
-    samplers")."""
-    return bool(cfg.topology.pin_samplers) and processes <= cluster_cpus
 
 
 class RayFleet:

@@ -8,7 +8,7 @@ written to ``<run dir>/stalls/<role>-<time>.txt``, and the fleet restarts it as 
 dead one.
 
 The stacks come from the process itself: samplers and learners answer on a thread of their
-own (``remote.Watched``), which works on every node and needs no permission to trace
+own (``role_process.Watched``), which works on every node and needs no permission to trace
 another process. A process that cannot answer (native code holding the interpreter lock)
 is dumped with ``py-spy`` where it runs on this machine and py-spy is installed.
 """

@@ -1,7 +1,7 @@
 """A synchronous learner's torch threads, chosen by timing its own updates.
 
 In PPO's synchronous loop the samplers wait while the learner updates, so the learner may
-take their CPUs as torch threads (``ray_fleet.learner_threads``). Whether that pays depends
+take their CPUs as torch threads (``role_setup.learner_threads``). Whether that pays depends
 on the work in each gradient step: a wide network's matrix products split well across
 threads, while a small MLP's many tiny operations meet at a barrier after each one, and
 whichever other process holds a CPU for a moment (Ray's own among them) stalls them all.
