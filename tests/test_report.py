@@ -8,9 +8,10 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from walle_ray.report import (BATCH_WAIT_BOUND, LEARNER_BUSY_BOUND, SAMPLER_BLOCKED_BOUND,
-                              SPLIT_BOUND, STARVED_IDLE, SYNC_WAIT_BOUND, Figures, build_report,
-                              classify, main)
+from walle_ray.bottleneck import (BATCH_WAIT_BOUND, LEARNER_BUSY_BOUND, SAMPLER_BLOCKED_BOUND,
+                                  SPLIT_BOUND, STARVED_IDLE, SYNC_WAIT_BOUND, Figures, build_report,
+                                  classify)
+from walle_ray.report import main
 from walle_ray.runtime.times import RunTimes, memory_fill
 
 ASYNC = dict(alternating=False, env_share=0.6, act_share=0.2)

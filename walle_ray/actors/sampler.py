@@ -56,7 +56,7 @@ class Sampler:
         the fragment, and is told ``feed.lead`` steps before it ends, so a Ray sampler can
         ask for newer weights while the fragment's last steps run (``SamplerWorker``).
 
-        The stats split the loop's time in two (the bottleneck report, ``walle_ray/report.py``):
+        The stats split the loop's time in two (the bottleneck report, ``walle_ray/bottleneck.py``):
         ``act_s``, the policy's act (with the weights request), and ``env_s``, the env step
         with the writer's and the episodes' bookkeeping after it."""
         ask_at = -1

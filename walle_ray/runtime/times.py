@@ -1,6 +1,6 @@
 """The bottleneck report's accumulator: ``RunTimes`` adds up where each role's time goes
 during a run (fed by ``runtime/loop.py``) and, when it ends, writes ``report.json`` with the
-figures, the advice and the summary that ``walle_ray/report.py`` makes of them."""
+figures, the advice and the summary that ``walle_ray/bottleneck.py`` makes of them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from walle_ray.runtime.files import write_text_atomic
-from walle_ray.report import (REPORT_FILE, build_report, learner_totals, memory_totals, merge,
-                              new_totals, sampler_totals)
+from walle_ray.bottleneck import (build_report, learner_totals, memory_totals, merge, new_totals,
+                                  sampler_totals)
+from walle_ray.report import REPORT_FILE
 
 # Memory stats that count rows served / written since the memory was made, by memory type.
 _SERVED_KEYS = ("rows_out", "sampled")
