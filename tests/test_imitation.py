@@ -152,7 +152,7 @@ def test_the_dataset_memory_completes_returns_where_a_time_limit_cut_the_episode
 
 
 def test_recorded_actions_are_the_envs_and_the_memory_gives_the_heads_their_indices():
-    from walle_ray.buffers.dataset import head_actions
+    from walle_ray.datasets import head_actions
     from walle_ray.runtime.collect import RandomPolicy, env_actions
 
     shifted = gym.spaces.Discrete(3, start=-1)

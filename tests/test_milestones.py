@@ -10,8 +10,9 @@ import pytest
 
 from walle_ray.logging.metrics import Progress, ReturnWindow
 from walle_ray.bottleneck import build_report, new_totals
+from walle_ray.report import cost_line
 from walle_ray.runtime import milestones as ms
-from walle_ray.runtime.milestones import CostMeter, Milestones, cost_line, milestone_targets
+from walle_ray.runtime.milestones import CostMeter, Milestones, milestone_targets
 
 
 class FakeFleet:

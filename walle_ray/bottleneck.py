@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from walle_ray.report import pct, summary
-from walle_ray.runtime.milestones import run_cost
+from walle_ray.report import pct, run_cost, summary
 
 FORMAT_VERSION = 1
 

@@ -270,17 +270,6 @@ OmegaConf.register_new_resolver("walle_env_name", lambda env_id, entry_point=Non
                                 env_name(env_id, entry_point), replace=True)
 
 
-def _new_dir(base: str) -> str:
-    from walle_ray.runtime.run_dir import new_dir
-
-    return new_dir(base)
-
-
-# conf/config.yaml's run and sweep directories: each run (or sweep) creates one of its own.
-# Cached, so that Hydra, which reads the name more than once, gets the one created.
-OmegaConf.register_new_resolver("walle_new_dir", _new_dir, use_cache=True, replace=True)
-
-
 def register_schema() -> None:
     """Register the root schema with Hydra (``algos.register_configs`` adds each
     algorithm's)."""

@@ -170,7 +170,6 @@ def check_masked_actions(paths: list[str], obs_space: gym.Space, action_space: g
     """Every recorded action is one that its observation's action mask allows (a policy
     that learns from a forbidden one would put all its weight on a log-probability of
     -1e9); a ConfigError names the first that is not."""
-    from walle_ray.buffers.dataset import head_actions
     from walle_ray.envs.masks import first_columns
     from walle_ray.models.masking import ActionMask
 
@@ -188,6 +187,15 @@ def check_masked_actions(paths: list[str], obs_space: gym.Space, action_space: g
             raise ConfigError(f"dataset.path: episode {e} takes an action at step {t} that its "
                               "observation's action_mask forbids (recorded with "
                               "env.action_mask=none?); learn from it with env.action_mask=none")
+
+
+def head_actions(actions: np.ndarray, space: gym.Space) -> np.ndarray:
+    """Recorded actions as the action heads take them: indices from 0 (int64) for Discrete
+    and MultiDiscrete spaces (Minari stores the env's values, offset by the space's start),
+    float32 for Box and MultiBinary."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return actions.astype(np.int64) - np.asarray(space.start, np.int64)
+    return actions.astype(np.float32)
 
 
 def read_episodes(paths: list[str], shard: int, shards: int) -> Iterator[dict]:

@@ -1,5 +1,6 @@
-"""A run's ``report.json`` read back: the paragraph of where the time went and what the run
-cost (``summary``), and the command line that prints it again, ``python -m walle_ray.report
+"""A run's ``report.json`` in words: the paragraph of where the time went and what the run
+cost (``summary``), the milestones' own phrases (``describe_milestone``, for the progress
+line too), and the command line that prints the paragraph again, ``python -m walle_ray.report
 <run dir>``, with what ``topology=auto`` would choose for that run. ``walle_ray/bottleneck.py``
 builds the report.
 
@@ -11,8 +12,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-
-from walle_ray.runtime.milestones import cost_line
 
 REPORT_FILE = "report.json"
 
@@ -102,6 +101,47 @@ def auto_line(auto: dict) -> str:
         text += (f"; it re-planned {auto['replans']} time(s) as the cluster changed (the "
                  "measured rate spans every plan)")
     return text
+
+
+def score_key(score: float) -> str:
+    """A milestone's name in records and summaries (``run.milestones``): 17.0 -> '17'."""
+    return f"{score:g}"
+
+
+def describe_milestone(score: float, entry: dict) -> str:
+    """'reached 17 after 13.2 min, 2.41M agent steps, 0.44 core-hours'."""
+    steps = entry["agent_steps"]
+    count = (f"{steps / 1e6:.2f}M" if steps >= 1e6 else f"{steps / 1e3:.1f}k" if steps >= 1e3
+             else str(steps))
+    text = (f"reached {score_key(score)} after {entry['minutes']:.1f} min, {count} agent steps, "
+            f"{hours(entry['core_hours'])} core-hours")
+    if entry.get("gpu_hours"):
+        text += f", {hours(entry['gpu_hours'])} GPU-hours"
+    return text
+
+
+def hours(h: float) -> str:
+    """0.4412 -> '0.44', 0.01234 -> '0.012': two decimals, or two digits below 0.1."""
+    return f"{h:.2f}" if h >= 0.1 or h == 0 else f"{h:.2g}"
+
+
+def cost_line(milestones: dict, cost: dict) -> str:
+    """The milestones a run reached, in order of score, and what the whole run took:
+    'reached 0 after ...; reached 17 after ...; the run: 14.0 min, 0.47 core-hours'."""
+    whole = f"the run: {cost['minutes']:.1f} min, {hours(cost['core_hours'])} core-hours"
+    if cost.get("gpu_hours"):
+        whole += f", {hours(cost['gpu_hours'])} GPU-hours"
+    reached = [describe_milestone(float(k), v)
+               for k, v in sorted(milestones.items(), key=lambda kv: float(kv[0]))]
+    return "; ".join(reached + [whole]) if reached else f"no milestone reached; {whole}"
+
+
+def run_cost(counters: dict) -> dict:
+    """What the whole run took (``runtime/milestones.py`` keeps it in the counters): wall
+    minutes since its command started, core-hours, GPU-hours."""
+    return {"minutes": counters.get("command_s", 0.0) / 60,
+            "core_hours": counters.get("core_s", 0.0) / 3600,
+            "gpu_hours": counters.get("gpu_s", 0.0) / 3600}
 
 
 # ----------------------------------------------------------------------------- command line

@@ -54,10 +54,14 @@ def algorithm_for(algo_cfg: DictConfig) -> Algorithm:
 
 
 def register_configs() -> None:
-    """Register the root schema and every algorithm's schema with Hydra."""
+    """Register the root schema and every algorithm's schema with Hydra, and the resolver
+    that names run directories."""
     from hydra.core.config_store import ConfigStore
 
+    from walle_ray.runtime.run_dir import register_resolver
+
     register_schema()
+    register_resolver()
     cs = ConfigStore.instance()
     for name, algo in ALGORITHMS.items():
         cs.store(group="schema/algo", name=name, node=algo.config_cls)

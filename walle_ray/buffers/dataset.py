@@ -5,10 +5,10 @@ from."""
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 
 from walle_ray.batch import OfflineBatch
+from walle_ray.datasets import check_finite, dataset_info, head_actions, read_episodes
 
 
 def discounted_to_end(rewards: np.ndarray, gamma: float) -> np.ndarray:
@@ -19,15 +19,6 @@ def discounted_to_end(rewards: np.ndarray, gamma: float) -> np.ndarray:
         running = rewards[t] + gamma * running
         out[t] = running
     return out
-
-
-def head_actions(actions: np.ndarray, space: gym.Space) -> np.ndarray:
-    """Recorded actions as the action heads take them: indices from 0 (int64) for Discrete
-    and MultiDiscrete spaces (Minari stores the env's values, offset by the space's start),
-    float32 for Box and MultiBinary."""
-    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-        return actions.astype(np.int64) - np.asarray(space.start, np.int64)
-    return actions.astype(np.float32)
 
 
 class DatasetMemory:
@@ -44,8 +35,6 @@ class DatasetMemory:
 
     def __init__(self, paths: list[str], shard: int, shards: int, batch_size: int,
                  gamma: float | None, seed: int):
-        from walle_ray.datasets import check_finite, dataset_info, read_episodes
-
         obs, actions, ret, tail, episode, finals = [], [], [], [], [], []
         for e, ep in enumerate(read_episodes(paths, shard, shards)):
             steps = len(ep["rewards"])

@@ -17,7 +17,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from walle_ray.config import ConfigError
+
+
+def register_resolver() -> None:
+    """``walle_new_dir`` for conf/config.yaml's run and sweep directories, registered with
+    the configs (``algos.register_configs``) before Hydra reads them. Cached, so that Hydra,
+    which reads the name more than once, gets the one ``new_dir`` created."""
+    OmegaConf.register_new_resolver("walle_new_dir", new_dir, use_cache=True, replace=True)
 
 
 def new_dir(base: str) -> str:

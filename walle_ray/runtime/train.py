@@ -32,7 +32,8 @@ from walle_ray.runtime.auto import ClusterWatch, Replan, is_auto, node_cpus, pla
 from walle_ray.runtime.fleet import RoleDied, RoleError
 from walle_ray.runtime.footprint import Footprint
 from walle_ray.runtime.loop import Periodic, run_loop, stop_reason
-from walle_ray.runtime.milestones import Milestones, milestone_targets, run_cost
+from walle_ray.report import run_cost
+from walle_ray.runtime.milestones import Milestones, milestone_targets
 from walle_ray.runtime.run_dir import check_run_dir, taken
 from walle_ray.runtime.signals import StopSignals
 from walle_ray.topology import check_samplers, parse_topology
