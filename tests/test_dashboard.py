@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from walle_ray.runtime import ray_init
 from walle_ray.runtime.ray_init import dashboard_lines, token_location
 
@@ -77,16 +79,18 @@ def test_without_the_dashboards_packages_the_run_starts_without_it(monkeypatch, 
     assert "ray[default]" in out[0]
 
 
-def test_ray_address_local_starts_the_runs_own_instance(monkeypatch, capsys):
-    """RAY_ADDRESS=local is Ray's word for a new local instance: it gets what a run's own
-    instance gets (its CPUs, loopback servers, roles in a session of their own, which a
-    signal to the run's process group must not reach), not a bare ``ray.init("local")``."""
+@pytest.mark.parametrize("given,environ", [(None, "local"), ("local", "10.0.0.5:6379")])
+def test_local_starts_the_runs_own_instance(monkeypatch, given, environ):
+    """"local" (RAY_ADDRESS or run.ray_address) is Ray's word for a new local instance: it
+    gets what a run's own instance gets (its CPUs, loopback servers, roles in a session of
+    their own, which a signal to the run's process group must not reach), and Ray is told
+    "local", so it joins neither RAY_ADDRESS's cluster nor one ``ray start`` left here."""
     import ray
 
     asked = {}
-    monkeypatch.setenv("RAY_ADDRESS", "local")
+    monkeypatch.setenv("RAY_ADDRESS", environ)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: asked.update(kw) or SimpleNamespace(dashboard_url=None))
-    ray_init.start_ray(None, 2, "walle_test")
-    assert "address" not in asked and asked["num_cpus"] == 2
+    ray_init.start_ray(given, 2, "walle_test")
+    assert asked["address"] == "local" and asked["num_cpus"] == 2
     assert asked["_node_ip_address"] == "127.0.0.1"

@@ -1,8 +1,8 @@
 """A run's ``report.json`` in words: the paragraph of where the time went and what the run
-cost (``summary``), the milestones' own phrases (``describe_milestone``, for the progress
-line too), and the command line that prints the paragraph again, ``python -m walle_ray.report
-<run dir>``, with what ``topology=auto`` would choose for that run. ``walle_ray/bottleneck.py``
-builds the report.
+cost (``summary``), the milestones' own phrases (``describe_milestone``, also the line a
+run prints when it reaches one), and the command line that prints the paragraph again,
+``python -m walle_ray.report <run dir>``, with what ``topology=auto`` would choose for that
+run. ``walle_ray/bottleneck.py`` builds the report.
 
 This module imports neither torch nor Ray: the command line reads a report in an instant.
 """

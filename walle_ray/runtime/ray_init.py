@@ -18,7 +18,9 @@ from walle_ray.config import ConfigError
 def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None:
     """Join ``address`` (or RAY_ADDRESS, or the job's cluster) if given, else start locally.
 
-    "local", Ray's word for a new local instance, starts one as no address does.
+    "local", Ray's word for a new local instance, starts one as no address does, and
+    tells Ray so: it then neither reads RAY_ADDRESS nor joins an instance ``ray start``
+    left on this machine.
 
     A local instance binds its dashboard to 127.0.0.1; set RAY_DASHBOARD_HOST (e.g. 0.0.0.0)
     to reach it from other machines. Its node address is the loopback one
@@ -30,11 +32,9 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
-    if address == "local":
-        address = None
     kwargs = dict(namespace=namespace, logging_level=logging.ERROR, log_to_driver=True)
     with keep_python_handlers():
-        if address:
+        if address and address != "local":
             context = ray.init(address=address, **kwargs)
         else:
             host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
@@ -42,7 +42,7 @@ def start_ray(address: str | None, num_cpus: int | None, namespace: str) -> None
             if missing:
                 print(f"walle_ray: no Ray dashboard: {missing}", flush=True)
             with own_session(), loopback_node():
-                context = ray.init(num_cpus=num_cpus, include_dashboard=not missing,
+                context = ray.init(address=address, num_cpus=num_cpus, include_dashboard=not missing,
                                    dashboard_host=host, _node_ip_address="127.0.0.1", **kwargs)
     if context.dashboard_url:
         print("\n".join(dashboard_lines(context.dashboard_url, auth_mode())), flush=True)

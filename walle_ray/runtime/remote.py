@@ -1,6 +1,6 @@
 """The one place that turns role classes into Ray actors: the sampler, learner, memory
-and parameter-server processes (``runtime/sampler_worker.py``, ``learner_worker.py``,
-``memory_worker.py``, ``actors/param_server.py``).
+and parameter-server processes (``runtime/sampler_worker.py``, ``learner_worker.py``, and
+``memory_worker.py`` for the last two).
 
 Weights are put in the object store once per version and passed by reference; fragments
 travel as task results and arguments, read zero-copy from the object store where they land.

@@ -1,6 +1,7 @@
 """The bottleneck report's accumulator: ``RunTimes`` adds up where each role's time goes
 during a run (fed by ``runtime/loop.py``) and, when it ends, writes ``report.json`` with the
-figures, the advice and the summary that ``walle_ray/bottleneck.py`` makes of them."""
+figures and the advice that ``walle_ray/bottleneck.py`` makes of them, and the summary
+that ``walle_ray/report.py`` words."""
 
 from __future__ import annotations
 
