@@ -48,6 +48,8 @@ ARMS = {
     "laser": ["algo.laser_kl_threshold=0.3"],
     # Twice the preset's learning rate.
     "lr_double": ["algo.lr=1.4e-3"],
+    # The preset with a recurrent core, as a user adds one (frames still stacked by 4).
+    "lstm": ["model.core=lstm"],
 }
 TARGET = 17.0
 
