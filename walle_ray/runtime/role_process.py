@@ -5,6 +5,7 @@ while a process works (``Watched``), and how a logical memory is named (``Memory
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +25,6 @@ class Placed:
     (``RayFleet.placement``), and what it has cost (``usage``)."""
 
     def where(self) -> str:
-        import ray
-
         return ray.get_runtime_context().get_node_id()
 
     def progress(self) -> dict:
@@ -42,10 +41,7 @@ class Placed:
         all its threads (env threads included); ``gpu_s``, the GPUs Ray gave it times its
         lifetime. ``process`` names it across restarts (node and pid), so a process that
         died keeps the cost it reported last."""
-        import os
-
         import psutil
-        import ray
 
         context = ray.get_runtime_context()
         gpus = float(context.get_assigned_resources().get("GPU", 0.0))
