@@ -12,12 +12,11 @@ During a run, ``RunTimes`` (``runtime/times.py``, fed by the driver loop) adds u
 
 At the end of the run ``RunTimes.finish`` writes ``<run dir>/report.json`` (``build_report``)
 and prints its one-paragraph summary (``walle_ray/report.py``, whose command line,
-``python -m walle_ray.report <run dir>``, prints it again). A resumed
-run adds its figures to the ``totals`` of the report.json it finds, so the report covers
-the whole run. ``classify`` picks the advice from the figures alone, with the thresholds
-below.
+``python -m walle_ray.report <run dir>``, prints it again). A resumed run adds its figures
+to the ``totals`` of the report.json it finds, so the report covers the whole run.
+``classify`` picks the advice from the figures alone, with the thresholds below.
 
-This module imports neither torch nor Ray: the command line reads a report in an instant.
+This module imports neither torch nor Ray.
 """
 
 from __future__ import annotations
