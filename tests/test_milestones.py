@@ -186,6 +186,31 @@ def test_the_window_says_whether_returns_would_reach_a_target():
 
 
 @pytest.mark.parametrize("topology", ["local", "1a1m1l"])
+def test_an_overlapped_run_stopped_at_its_return_rewinds_to_the_weights_that_played(
+        tmp_path, topology):
+    """With ``algo.overlap`` each batch was played by the weights a version before the
+    learner's: the fourth batch, whose episodes reach the target, by version 2 while the
+    learner holds 3. The learner goes back one update, optimizer included, so the checkpoint
+    holds version 2 after its 2 x 2 gradient steps."""
+    import torch
+
+    import walle_ray
+
+    result = walle_ray.train(run_dir=tmp_path, topology=topology,
+                             env={"id": "walle/Counting-v0", "envs_per_sampler": 4},
+                             algo={"batch_size": 64, "minibatch_size": 32, "epochs": 1,
+                                   "overlap": True},
+                             logger={"progress": "off"},
+                             run={"stop_at_return": 10, "return_window": 20,
+                                  "total_env_steps": 640})
+    assert result.stopped_by == "return" and result.counters["iterations"] == 4
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert ckpt["learner"]["version"] == 2
+    steps = {int(s["step"]) for s in ckpt["learner"]["update"]["optimizer"]["state"].values()}
+    assert steps == {4}
+
+
+@pytest.mark.parametrize("topology", ["local", "1a1m1l"])
 def test_a_synchronous_run_stopped_at_its_return_keeps_the_weights_that_reached_it(
         tmp_path, topology):
     """PPO on Counting (every episode returns 10): the window of 20 fills at 10 in the fourth

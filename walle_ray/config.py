@@ -33,8 +33,8 @@ class RunConfig:
     total_env_steps: int = 100_000  # stop after this many env steps
     max_wall_s: Optional[float] = None  # stop after this many seconds of wall clock
     # Stop once the windowed mean return reaches this (a synchronous run before the update
-    # after the episodes that reached it: without algo.overlap its checkpoint keeps the
-    # weights that played them)
+    # after the episodes that reached it, so that its checkpoint keeps the weights that
+    # played them; with algo.overlap its learners go back one update)
     stop_at_return: Optional[float] = None
     return_window: int = 20  # episodes in the mean return that is reported and compared
     # Returns whose first crossing (the windowed mean) the run records with its wall minutes,

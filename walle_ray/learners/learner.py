@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from typing import Any, Callable
@@ -35,6 +36,12 @@ class Learner:
         self.update_rule: Update = make_update(cfg, self.model, self.collective, self.device)
         self.update_rule.guard.mode = cfg.learner.on_nonfinite
         self.version = 0
+        # With algo.overlap the episodes a run stops at were played a version before the
+        # learner's: the state before each update is kept so that ``rewind`` can return to it
+        # and the checkpoint holds the weights that played them.
+        self.keeps_previous = (bool(cfg.algo.get("overlap", False))
+                               and cfg.run.get("stop_at_return") is not None)
+        self.previous: dict | None = None
 
     def join_group(self, address: str, port: int, rank: int, world_size: int,
                    backend: str | None = None) -> None:
@@ -56,6 +63,8 @@ class Learner:
         cpu0 = time.process_time()
         for r in rollouts:
             r.check()
+        if self.keeps_previous:
+            self.previous = copy.deepcopy(self.state_dict())
         self.model.train()
         metrics = self.update_rule.update(rollouts, env_steps)
         self.version += 1
@@ -88,6 +97,13 @@ class Learner:
         self.model.load_state_dict(state["model"])
         self.update_rule.load_state_dict(state["update"])
         self.version = int(state["version"])
+
+    def rewind(self) -> None:
+        """Return to the state (weights, optimizer, version) before the last update, where it
+        was kept (``keeps_previous``); once."""
+        if self.previous is not None:
+            self.load_state_dict(self.previous)
+            self.previous = None
 
     def close(self) -> None:
         self.collective.close()

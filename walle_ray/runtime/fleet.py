@@ -180,6 +180,8 @@ class LocalFleet:
         rollouts = [rollout for rollout, _ in collected]
         reports = [stats for _, stats in collected]
         if learn_if is not None and not learn_if(reports):
+            if self.overlap:  # these episodes were played by the weights before the update
+                self.learner.rewind()
             return Step(reports, [], {"collect_s": time.perf_counter() - t0, "learn_s": 0.0})
         if self.overlap:
             self.prefetched = self._collect_all()

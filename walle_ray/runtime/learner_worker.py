@@ -252,5 +252,8 @@ class LearnerWorker(Watched, Placed):
     def load_state_dict(self, state: dict) -> None:
         self.learner.load_state_dict(state)
 
+    def rewind(self) -> None:
+        self.learner.rewind()
+
     def close(self) -> None:
         self.learner.close()

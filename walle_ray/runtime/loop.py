@@ -132,7 +132,8 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
         """A synchronous fleet makes no update after the episodes that bring the return to
         ``run.stop_at_return``: the run stops, and its checkpoint keeps the weights that
         played them rather than one update past them, which no episode has scored. (With
-        ``algo.overlap`` the episodes are a version older than the weights.)"""
+        ``algo.overlap`` the episodes are a version older than the weights: the fleet has its
+        learners go back one update, ``Learner.rewind``.)"""
         return target is None or not window.reaches(
             target, [x for r in reports for x in r["episode_returns"]])
 

@@ -342,6 +342,8 @@ class RayFleet:
         t1 = time.perf_counter()
         if learn_if is not None and not learn_if(reports):
             self.prefetched = False  # nothing is under way
+            if self.overlap:  # these episodes were played by the weights before the update
+                self._get([lr.rewind.remote() for lr in self.learners], "learners (rewinding)")
             return Step(reports, [], {"collect_s": t1 - t0, "learn_s": 0.0})
         calls = [lr.learn.remote([fragments[i] for i in sorted(fragments)
                                   if self.topo.learner_of_sampler(i) in group],
