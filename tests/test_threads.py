@@ -88,3 +88,5 @@ def test_a_learner_keeps_threads_it_was_given_and_chooses_only_when_asked(monkey
         assert seen == [given] * 10
     elif given == 2:
         assert seen == [1, 2, 1, 2, 1, 2, 1, 1, 1, 1] and worker.threads.chosen == 1
+    else:  # one usable CPU: nothing to choose, and nothing timed
+        assert seen == [1] * 10 and worker.threads.chosen == 1 and worker.threads.calls == 0
