@@ -146,3 +146,21 @@ def test_an_equal_share_fits_every_process_on_the_nodes_left():
     assert share == 0.6666 and int(1.0 / share) + int(2.0 / share) >= 4
     assert equal_share([2.0, 2.0], 4, 0.5) == 0.5  # fits as planned
     assert equal_share([0.0], 2, 0.5) == 0.0  # no room at all
+
+
+def test_the_samplers_share_is_cut_to_the_cpus_the_other_roles_leave_on_their_nodes():
+    from walle_ray.topology import sampler_share_left
+
+    nodes = [{"NodeID": "a", "Resources": {"CPU": 2.0}},
+             {"NodeID": "b", "Resources": {"CPU": 2.0, "sim": 1.0}},
+             {"NodeID": "c", "Resources": {"CPU": 2.0}}]
+    placed = [("a", 1.0), ("a", 0.25), ("b", 0.5)]  # a learner and a memory on a, the ps on b
+    # on a and b: 0.75 and 1.5 CPUs left, room for 3 samplers of 0.75, not 4
+    assert sampler_share_left(nodes[:2], {}, placed, 3, 0.75, by_hand=False) == 0.75
+    assert sampler_share_left(nodes[:2], {}, placed, 4, 0.75, by_hand=False) == 0.5
+    with pytest.raises(ConfigError, match="4 sampler process.*CPUs left there: 0.75, 1.5"):
+        sampler_share_left(nodes[:2], {}, placed, 4, 0.75, by_hand=True)
+    # samplers that ask for "sim" run only on b: 3 of 0.5 fill its 1.5 CPUs left
+    assert sampler_share_left(nodes, {"sim": 1.0}, placed, 3, 1.0, by_hand=False) == 0.5
+    with pytest.raises(ConfigError, match="do not fit"):  # no room at all
+        sampler_share_left(nodes, {"sim": 1.0}, [("b", 2.0)], 1, 1.0, by_hand=False)

@@ -215,6 +215,28 @@ def equal_share(free_cpus: list[float], processes: int, share: float) -> float:
     return max((s for s in candidates if 0 < s <= share and fits(s)), default=0.0)
 
 
+def sampler_share_left(nodes: list[dict], wanted: dict, placed: list[tuple[str, float]],
+                       count: int, share: float, by_hand: bool) -> float:
+    """The CPU share of ``count`` sampler processes once the other roles are placed, on a
+    cluster of several nodes: a total that fits the cluster can still leave the last sampler
+    no node with room for it, waiting forever. ``nodes`` are Ray's live nodes (``NodeID``,
+    ``Resources``), ``wanted`` what a sampler asks for beyond CPUs (``topology.resources``),
+    ``placed`` the (node id, CPUs) of every other role process. ``share`` where the samplers
+    fit the CPUs left on the nodes offering ``wanted``, else the largest equal share that
+    fits; a share set by hand (``by_hand``) that does not fit, or no room at all, is refused
+    with a message."""
+    free = [node["Resources"].get("CPU", 0.0)
+            - sum(cpus for at, cpus in placed if at == node["NodeID"])
+            for node in nodes if offers(node["Resources"], wanted)]
+    fit = equal_share(free, count, share)
+    if fit != share and (by_hand or fit <= 0):
+        raise ConfigError(
+            f"topology: {count} sampler process(es) of {share:g} CPU each do not fit on the "
+            f"nodes they may run on (CPUs left there: {', '.join(f'{f:g}' for f in free)}); "
+            "lower topology.sampler_cpus, use fewer samplers, or add nodes")
+    return fit
+
+
 def _floor4(x: float) -> float:
     return int(x * 10_000) / 10_000
 

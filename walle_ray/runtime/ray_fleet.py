@@ -12,15 +12,14 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 from omegaconf import DictConfig
 
-from walle_ray.config import ConfigError
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout, Step,
                                      count_faults, new_faults, role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.runtime.role_setup import make_learners, pins_samplers, role_name, role_resources
 from walle_ray.runtime.stalls import StallWatch
-from walle_ray.topology import (Packing, ResourcePlan, Topology, equal_share, offers,
-                                plan_packing)
+from walle_ray.topology import (Packing, ResourcePlan, Topology, plan_packing,
+                                sampler_share_left)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -99,9 +98,7 @@ class RayFleet:
 
     def _fit_samplers_to_nodes(self) -> None:
         """On a cluster of several nodes, the samplers' CPU share cut to what the nodes they
-        may run on (``topology.resources``) have left once the other roles are placed: a
-        total that fits the cluster can still leave the last sampler no node with room for
-        it, waiting forever. A share set by hand that does not fit is refused."""
+        may run on have left once the other roles are placed (``sampler_share_left``)."""
         nodes = [n for n in self.ray.nodes() if n["Alive"]]
         if len(nodes) < 2 or not self.packing.samplers:
             return
@@ -110,21 +107,12 @@ class RayFleet:
         asks = ([self.plan.learner_cpus] * len(self.learners)
                 + [self.plan.memory_cpus] * len(self.memories)
                 + [self.plan.ps_cpus] * (self.ps is not None))
-        wanted = role_resources(self.cfg, "sampler") or {}
-        free = []
-        for node in nodes:
-            if offers(node["Resources"], wanted):
-                taken = sum(cpus for at, cpus in zip(where, asks) if at == node["NodeID"])
-                free.append(node["Resources"].get("CPU", 0.0) - taken)
-        count, share = len(self.packing.samplers), self.plan.sampler_cpus
-        fit = equal_share(free, count, share)
+        share = self.plan.sampler_cpus
+        fit = sampler_share_left(nodes, role_resources(self.cfg, "sampler") or {},
+                                 list(zip(where, asks)), len(self.packing.samplers), share,
+                                 by_hand=self.cfg.topology.sampler_cpus is not None)
         if fit == share:
             return
-        if self.cfg.topology.sampler_cpus is not None or fit <= 0:
-            raise ConfigError(
-                f"topology: {count} sampler process(es) of {share:g} CPU each do not fit on the "
-                f"nodes they may run on (CPUs left there: {', '.join(f'{f:g}' for f in free)}); "
-                "lower topology.sampler_cpus, use fewer samplers, or add nodes")
         print(f"walle_ray: samplers get {fit:g} CPU each to fit the nodes they run on "
               f"(planned {share:g})", flush=True)
         self.plan = replace(self.plan, sampler_cpus=fit)
