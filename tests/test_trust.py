@@ -100,7 +100,8 @@ def test_a_trusted_checkpoint_or_the_callers_own_code_is_built(corridor_run, on_
     ({"wrappers": [{"_target_": "gymnasium.wrappers.ClipReward", "max_reward": 1.0}]}, {},
      "env.wrappers[0]"),
     ({"id": "os:Evil-v0"}, {}, "env.id"),
-    ({"name": "os:Evil-v0", "id": "${.name}"}, {}, "env.id"),  # as it resolves
+    # walle/Faulty-v0 makes the env its base_id names: gymnasium imports a module:EnvId's module
+    ({"id": "walle/Faulty-v0", "kwargs": {"base_id": "os:Evil-v0"}}, {}, "env.kwargs.base_id"),
     ({}, {"_target_": "my_pkg.nets:MyActorCritic"}, "model._target_"),
 ])
 def test_each_key_that_names_code_is_refused_unless_trusted(tmp_path, env, model, key):
@@ -111,6 +112,25 @@ def test_each_key_that_names_code_is_refused_unless_trusted(tmp_path, env, model
     assert re.match(rf"{re.escape(key)}: checkpoint {path} names '[^']+', code that", str(err.value))
     assert "\n" not in str(err.value)
     assert checked_config(ckpt, path, trust_code=True)["model"] == model
+
+
+@pytest.mark.parametrize("env", [
+    {"name": "os:Evil-v0", "id": "${.name}"},
+    {"name": "os:Evil-v0", "id": "\\${.name}"},  # escaped: resolved once, live again
+    {"name": "${walle_new_dir:/tmp/x}"},  # a resolver that makes directories
+])
+def test_a_checkpoint_config_holding_an_interpolation_is_refused_unless_trusted(tmp_path, env):
+    """walle_ray writes a run's config resolved: an interpolation in a checkpoint's config
+    comes from elsewhere, and resolving it calls a resolver, or names code once resolved."""
+    path = tmp_path / "last.pt"
+    ckpt = {"config": {"env": env, "model": {}}}
+    with pytest.raises(CheckpointError) as err:
+        checked_config(ckpt, path, trust_code=False)
+    key = next(k for k, v in env.items() if "${" in v)
+    assert re.match(rf"env\.{key}: checkpoint {path} holds the interpolation '", str(err.value))
+    assert "trust_code=True" in str(err.value)
+    if "walle_new_dir" not in env["name"]:
+        assert checked_config(ckpt, path, trust_code=True)["env"]["name"] == "os:Evil-v0"
 
 
 def test_built_in_and_registered_env_ids_need_no_trust(tmp_path):
@@ -127,7 +147,8 @@ def resume_args(run_dir, stored, *given, dirs=()):
 
 def test_resume_keeps_stored_overrides_that_name_no_code_and_refuses_the_rest(tmp_path):
     plain = ["env=cartpole", "algo=impala", "logger=[wandb,tensorboard]", "~preset",
-             "topology.spec=2a1m1l", "+env.kwargs={length: 3}", "env.id=CartPole-v1"]
+             "topology.spec=2a1m1l", "+env.kwargs={length: 3}", "env.id=CartPole-v1",
+             "run.ray_address=auto"]
     assert resume_args(tmp_path, plain)[:len(plain)] == plain
     # trust is this command's to give, never the file's
     assert "run.trust_code=true" not in resume_args(tmp_path, [*plain, "run.trust_code=true"])
@@ -138,6 +159,9 @@ def test_resume_keeps_stored_overrides_that_name_no_code_and_refuses_the_rest(tm
             "+env.wrappers=[{_target_: os.system}]", "env.id=os:Evil-v0", "env.id=${env.name}",
             "env=../../../tmp/evil", "env={entry_point: 'os:system'}",
             "+hydra.callbacks.x._target_=os.system", "hydra/launcher=evil",
+            "+env.kwargs.base_id=os:Evil-v0",
+            "+env.kwargs={base_id: 'os:Evil-v0'}", "algo.lr=${oc.env:HOME}",
+            "run.ray_address=ray://cluster.example:10001", "run.ray_address=10.0.0.1:6379",
             "--experimental-rerun=/tmp/config.pickle", searchpath]
     for override in code:
         with pytest.raises(ConfigError) as err:

@@ -20,8 +20,7 @@ matplotlib.use("Agg")  # figures go to files; never open a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from omegaconf.errors import OmegaConfBaseException  # noqa: E402
+import yaml  # noqa: E402
 
 from walle_ray.logging.metrics import read_metrics  # noqa: E402
 
@@ -60,13 +59,20 @@ def find_runs(dirs: list[Path]) -> list[Path]:
 
 
 def config_label(run: Path) -> str | None:
-    """'ppo halfcheetah 8a1m1l' from the run's config.yaml; None when it has none to read."""
+    """'ppo halfcheetah 8a1m1l' from the run's config.yaml, read as plain data (a run writes it
+    resolved); None when it has none to read."""
     try:
-        cfg = OmegaConf.load(run / "config.yaml")
-        parts = [OmegaConf.select(cfg, key) for key in ("algo.name", "env.name", "topology.spec")]
-    except (OSError, OmegaConfBaseException):
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
         return None
+    parts = [_get(cfg, key) for key in ("algo.name", "env.name", "topology.spec")]
     return " ".join(str(p) for p in parts) if None not in parts else None
+
+
+def _get(tree, dotted: str):
+    for name in dotted.split("."):
+        tree = tree.get(name) if isinstance(tree, dict) else None
+    return tree
 
 
 def load_group(dirs: list[str], label: str | None) -> Group:

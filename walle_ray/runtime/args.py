@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from walle_ray.config import CODE_KEYS, CONF_DIR, ConfigError
+from walle_ray.config import CODE_KEYS, CONF_DIR, MODULE_REF, ConfigError
 from walle_ray.runtime.run_dir import check_run_dir
 
 # Hydra's flags that print, complete or sweep instead of running one job in hydra.run.dir
@@ -138,10 +138,12 @@ def _resume_args(run_dir: Path, args: list[str], conf_dirs: list[Path]) -> list[
 def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
     """Refuse, in one line naming it, the file and the opt-in, a stored override that names
     code for this process to import or run: a key of ``CODE_KEYS`` or below one, a
-    ``module:EnvId`` or interpolated env id, a whole section or a group file given as a path,
-    Hydra's own settings and flags (its callbacks and launchers are code), or a config
-    directory (``hydra.searchpath``) that is not among ``conf_dirs``, whose files could name
-    any of these."""
+    ``module:EnvId`` env id or ``env.kwargs`` value, an interpolation (resolving it calls a
+    resolver), a whole section or a group file given as a path, Hydra's own settings and
+    flags (its callbacks and launchers are code), or a config directory
+    (``hydra.searchpath``) that is not among ``conf_dirs``, whose files could name any of
+    these. A Ray cluster to join (``run.ray_address``, other than ``auto`` or ``local``) is
+    refused too: what it sends this process is unpickled, and can run code."""
     key, _, value = override.partition("=")
     name = key.lstrip("+~")
     opt_in = f"resume with run.trust_code=true if you trust {stored.parent}"
@@ -158,7 +160,15 @@ def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
             or name == "hydra" or name.startswith("hydra.")
             or ("." not in name and not re.fullmatch(r"[\w.,\[\] -]*", value))
             or any(name == k or name.startswith(k + ".") for k in CODE_KEYS)
-            or (name == "env.id" and (":" in value or "$" in value)))
+            or "${" in value
+            or (name == "env.id" and (":" in value or "$" in value))
+            or ((name == "env.kwargs" or name.startswith("env.kwargs."))
+                and MODULE_REF.search(value) is not None))
+    if name == "run.ray_address" and value.strip().strip("'\"").lower() not in (
+            "", "null", "auto", "local"):
+        raise ConfigError(f"run.resume: {stored} sets {override!r}, a Ray cluster to join, whose "
+                          f"answers this process would unpickle; {opt_in}, or give "
+                          f"{name}=... on this command line")
     if code:
         raise ConfigError(f"run.resume: {stored} sets {override!r}, which names code to import; "
                           f"{opt_in}, or give {name}=... on this command line")

@@ -15,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 import walle_ray
+from walle_ray.config import MODULE_REF
 from walle_ray.runtime.files import write_atomic
 
 FORMAT = "walle_ray.checkpoint/1"
@@ -60,6 +61,14 @@ def checked_config(ckpt: dict, path: Path, trust_code: bool, own=None) -> dict:
     the same key.
     """
     path = latest_checkpoint(path) if Path(path).is_dir() else Path(path)
+    opt_in = ("load it only if you trust the file, with trust_code=True (run.trust_code=true "
+              "on the command line)")
+    if not trust_code:  # walle_ray writes the config resolved: resolving calls what it names
+        for key, value in _strings(ckpt["config"], "config"):
+            if "${" in value:
+                raise CheckpointError(
+                    f"{key.removeprefix('config.')}: checkpoint {path} holds the interpolation "
+                    f"{value!r}, which resolving would call; {opt_in}")
     try:
         config = OmegaConf.to_container(OmegaConf.create(ckpt["config"]), resolve=True)
     except Exception as exc:  # a value OmegaConf cannot hold, an interpolation that fails
@@ -77,16 +86,17 @@ def checked_config(ckpt: dict, path: Path, trust_code: bool, own=None) -> dict:
         if (key, value) not in allowed:
             raise CheckpointError(
                 f"{key}: checkpoint {path} names {value!r}, code that building its env or "
-                "network would import and run; load it only if you trust the file, with "
-                "trust_code=True (run.trust_code=true on the command line)")
+                f"network would import and run; {opt_in}")
     return config
 
 
 def named_code(config: dict) -> list[tuple[str, str]]:
     """(key, value) for each piece of code a run's config names for the process that builds
     its env and network to import or call: each of ``env.imports``, ``env.entry_point``, each
-    of ``env.wrappers``' targets, a ``module:EnvId`` id and ``model._target_``. A registered
-    or built-in env id (``CartPole-v1``, ``ALE/Pong-v5``, ``walle/Faulty-v0``) names none."""
+    of ``env.wrappers``' targets, a ``module:EnvId`` id, an ``env.kwargs`` value written
+    that way (an env that makes another by id would import its module) and
+    ``model._target_``. A registered or built-in env id (``CartPole-v1``, ``ALE/Pong-v5``,
+    ``walle/Faulty-v0``) names none."""
     env, model = (_section(config, name) for name in ("env", "model"))
     found = [("env.imports", str(module)) for module in _items(env.get("imports"))]
     if env.get("entry_point"):
@@ -96,6 +106,8 @@ def named_code(config: dict) -> list[tuple[str, str]]:
         found.append((f"env.wrappers[{i}]", str(target)))
     if ":" in str(env.get("id") or ""):
         found.append(("env.id", str(env["id"])))
+    found += [(key, value) for key, value in _strings(env.get("kwargs"), "env.kwargs")
+              if MODULE_REF.fullmatch(value)]
     if model.get("_target_"):
         found.append(("model._target_", str(model["_target_"])))
     return found
@@ -104,6 +116,17 @@ def named_code(config: dict) -> list[tuple[str, str]]:
 def _section(config, name: str) -> dict:
     section = config.get(name) if isinstance(config, dict) else None
     return section if isinstance(section, dict) else {}
+
+
+def _strings(tree, key: str) -> list[tuple[str, str]]:
+    """(dotted key, value) for every string inside dicts and lists."""
+    if isinstance(tree, str):
+        return [(key, tree)]
+    if isinstance(tree, dict):
+        return [found for k, v in tree.items() for found in _strings(v, f"{key}.{k}")]
+    if isinstance(tree, (list, tuple)):
+        return [found for i, v in enumerate(tree) for found in _strings(v, f"{key}[{i}]")]
+    return []
 
 
 def _items(value) -> list:
