@@ -4,6 +4,7 @@ dataset, refused settings, and a collect -> BC round trip on CartPole to 475."""
 
 import json
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -136,6 +137,16 @@ def _write(path, episodes, terminal):
         writer.add(obs, np.arange(steps) % 2, np.arange(1, steps + 1, dtype=np.float64), ends)
     writer.flush()
     return path
+
+
+def test_a_dataset_written_to_a_relative_path_lands_there(tmp_path, monkeypatch):
+    """``collect.out=datasets/expert``, as the README writes it: Minari would join a relative
+    path to itself."""
+    monkeypatch.chdir(tmp_path)
+    _write(Path("datasets") / "expert", [3], [True])
+    memory = DatasetMemory(["datasets/expert"], 0, 1, batch_size=3,
+                           gamma=0.5, seed=0)
+    assert memory.sample().ret.shape == (3,)
 
 
 def test_the_dataset_memory_completes_returns_where_a_time_limit_cut_the_episode(tmp_path):

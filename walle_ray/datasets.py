@@ -238,7 +238,7 @@ class DatasetWriter:
         import minari
         from minari.dataset.minari_storage import MinariStorage
 
-        self.path = Path(out) / "data"
+        self.path = Path(out).resolve() / "data"  # Minari joins a relative one twice
         if (self.path / METADATA).exists():
             raise ConfigError(f"collect.out: {out} already holds a dataset; choose another "
                               "directory or delete that one")
