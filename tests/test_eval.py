@@ -50,6 +50,14 @@ def ppo_cartpole(tmp_path_factory):
                        "run.total_env_steps=512")
 
 
+@pytest.mark.parametrize("episodes", [0, -2])
+def test_eval_mode_refuses_episodes_below_one(ppo_cartpole, episodes):
+    from walle_ray.config import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"^eval.episodes: got {episodes}; use a positive"):
+        evaluate(eval_cfg(ppo_cartpole, f"eval.episodes={episodes}"))
+
+
 def test_eval_mode_reports_exactly_the_requested_episodes(ppo_cartpole, capsys):
     result = evaluate(eval_cfg(ppo_cartpole, "eval.episodes=3"))
     assert result["episodes"] == 3 and len(result["returns"]) == 3 and result["videos"] == []

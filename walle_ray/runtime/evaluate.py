@@ -107,6 +107,9 @@ def evaluate(cfg: DictConfig) -> dict:
     if not cfg.run.checkpoint:
         raise ConfigError("run.checkpoint: mode=eval needs a checkpoint file or run directory, "
                           "e.g. run.checkpoint=runs/<run>/checkpoints/last.pt")
+    if cfg.eval.episodes < 1:
+        raise ConfigError(f"eval.episodes: got {cfg.eval.episodes}; use a positive whole number, "
+                          "e.g. eval.episodes=10")
     checkpoint = Path(cfg.run.checkpoint)
     video_dir = None
     if cfg.eval.video:
