@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, make_cfg, run_cli
 
 TINY = ["algo.batch_size=256", "algo.minibatch_size=64", "algo.epochs=2", "run.stop_at_return=null",
         "logger.progress=line", "run.checkpoint_every=2"]
@@ -146,6 +146,20 @@ def test_resuming_with_another_env_or_network_shape_is_refused(tmp_path):
         proc = run_cli(f"run.resume={run_dir}", *change, check=False, timeout=120)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_resuming_with_another_algorithm_is_refused_before_any_role_starts():
+    from walle_ray.runtime.checkpoint import CheckpointError
+    from walle_ray.runtime.train import _check_resume
+
+    cfg = make_cfg("algo=impala", "env.action_mask=none")
+    ppo = {"config": {"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1", "entry_point": None,
+                                                       "action_mask": "none"}}}
+    with pytest.raises(CheckpointError, match=r"^checkpoint in runs/x was trained with algo=ppo, "
+                                              r"not impala; resume it with algo=ppo"):
+        _check_resume(cfg, ppo, "runs/x")
+    ppo["config"]["algo"]["name"] = "impala"
+    _check_resume(cfg, ppo, "runs/x")
 
 
 def tree(folder):

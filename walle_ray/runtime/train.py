@@ -51,6 +51,14 @@ class RunResult:
 
 
 def _check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
+    """A resumed run goes on with the algorithm, env and action masks it was trained with:
+    another algorithm's update would take this one's optimizer state and counters as its
+    own. Said before any role starts."""
+    trained = (ckpt["config"].get("algo") or {}).get("name")
+    if trained is not None and trained != cfg.algo.name:
+        raise CheckpointError(f"checkpoint in {path} was trained with algo={trained}, not "
+                              f"{cfg.algo.name}; resume it with algo={trained}, or start a new "
+                              "run")
     old = ckpt["config"].get("env", {})
     for key in ("id", "entry_point"):
         if old.get(key) != cfg.env[key]:
