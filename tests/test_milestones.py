@@ -98,6 +98,31 @@ def test_a_resumed_run_adds_the_minutes_and_hours_of_the_runs_before_it(clock):
     assert record["milestones/10/core_hours"] == pytest.approx(1.0)
 
 
+def test_a_resume_that_stops_at_once_still_adds_its_minutes(tmp_path):
+    """A run that reached its return, resumed, stops before any iteration; the minutes and
+    core-hours it spent starting are the run's too, so its checkpoint keeps them."""
+    import torch
+
+    import walle_ray
+
+    common = dict(topology="local", env={"id": "walle/Counting-v0", "envs_per_sampler": 4},
+                  algo={"batch_size": 64, "minibatch_size": 32, "epochs": 1},
+                  logger={"progress": "off"},
+                  run={"stop_at_return": 10, "return_window": 4, "total_env_steps": 640})
+    walle_ray.train(run_dir=tmp_path, **common)
+
+    def totals():
+        counters = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["counters"]
+        return counters["iterations"], counters["command_s"], counters["core_s"]
+
+    iterations, command_s, core_s = totals()
+    result = walle_ray.train(run_dir=tmp_path, **{**common, "run": {**common["run"],
+                                                                   "resume": str(tmp_path)}})
+    assert result.stopped_by == "return"
+    after = totals()
+    assert after[0] == iterations and after[1] > command_s and after[2] > core_s
+
+
 def test_stop_at_return_is_always_a_milestone():
     class Run:
         milestones = [17, 0, 10]

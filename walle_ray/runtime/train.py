@@ -437,10 +437,8 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     finally:
         progress.close()
         milestones.finish()
-        try:
-            if counters["iterations"] > state["last_saved_iteration"] or not (
-                    run_dir / "checkpoints" / "last.pt").exists():
-                checkpoint()
+        try:  # even after no iteration: the minutes and core-hours of this command count
+            checkpoint()
         except (RoleError, RayError) as exc:  # a dead learner cannot hand over its state
             print(f"walle_ray: no final checkpoint ({first_line(exc)}); the last one, at "
                   f"iteration {state['last_saved_iteration']}, is intact", file=sys.stderr,
