@@ -141,6 +141,11 @@ def test_signal_writes_checkpoint_and_metrics_then_exits(tmp_path, sig, when):
 def test_resuming_with_another_env_or_network_shape_is_refused(tmp_path):
     run_dir = tmp_path / "run"
     run_cli("topology=local", "run.total_env_steps=512", f"hydra.run.dir={run_dir}", *TINY)
+    # neither a refused command nor an evaluation leaves a run directory behind
+    runs = tmp_path / "runs"
+    for command in (["algo.lr=-1"], ["mode=eval", f"run.checkpoint={run_dir}", "eval.episodes=1"]):
+        run_cli(*command, env={"WALLE_RUNS_DIR": str(runs)}, check=False, timeout=120)
+        assert not list(runs.iterdir()), command
     for change, message in ((["env.id=Acrobot-v1"], "was trained on env.id='CartPole-v1', not 'Acrobot-v1'"),
                             (["model.hidden=[32]"], "does not fit this model")):
         proc = run_cli(f"run.resume={run_dir}", *change, check=False, timeout=120)

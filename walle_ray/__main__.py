@@ -22,9 +22,14 @@ def _task(cfg: DictConfig) -> None:
     from walle_ray.runtime.checkpoint import CheckpointError
     from walle_ray.runtime.evaluate import evaluate
     from walle_ray.runtime.fleet import RoleError
+    from walle_ray.runtime.run_dir import remove_unused
     from walle_ray.runtime.train import train
 
+    hydra_cfg = HydraConfig.get()
+    output_dir = Path(hydra_cfg.runtime.output_dir)
     try:
+        if cfg.mode in ("eval", "collect"):  # what they write goes elsewhere
+            remove_unused(output_dir)
         if cfg.mode == "eval":
             evaluate(cfg)
             return
@@ -33,15 +38,15 @@ def _task(cfg: DictConfig) -> None:
 
             collect(cfg)
             return
-        hydra_cfg = HydraConfig.get()
         dirs = [Path(s.path) for s in hydra_cfg.runtime.config_sources if s.schema == "file"]
         announce_preset(hydra_cfg.runtime.choices.get("preset"), dirs)
         stored = list(hydra_cfg.overrides.task)  # for run.resume, with the user's config dirs
         users = [d.resolve() for d in dirs if d.resolve() != CONF_DIR]
         if users:
             stored.append(searchpath_override(users))
-        result = train(cfg, Path(hydra_cfg.runtime.output_dir), stored)
+        result = train(cfg, output_dir, stored)
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
+        remove_unused(output_dir)  # a refused command leaves no empty run directory
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     if result.exit_code:

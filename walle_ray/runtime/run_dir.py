@@ -15,6 +15,7 @@ two runs that start in one new directory at once, the second to create its
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -49,6 +50,20 @@ def hydra_own(path: Path) -> bool:
     """Whether ``path``, in a run directory, is what Hydra writes there before the run
     starts: ``.hydra/`` and the job's log."""
     return (path.name == ".hydra" and path.is_dir()) or (path.suffix == ".log" and path.is_file())
+
+
+def remove_unused(run_dir: Path) -> bool:
+    """Remove ``run_dir`` where it holds only what Hydra wrote there for a command that left
+    no run in it (one refused, ``mode=eval``, ``mode=collect``): ``.hydra/`` and an empty
+    log. Returns whether it did."""
+    try:
+        entries = list(Path(run_dir).iterdir())
+        if not all(hydra_own(p) and (p.is_dir() or p.stat().st_size == 0) for p in entries):
+            return False
+    except OSError:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
 
 
 def check_run_dir(run_dir: Path, resume: str | None) -> None:
