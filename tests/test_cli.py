@@ -68,15 +68,18 @@ def test_smoke_run_writes_metrics_and_checkpoint_and_resumes(tmp_path, topology)
     (["algo=td3", "env=pong"], "TD3 needs a continuous action space (a 1-D gymnasium Box); "
                                "this env has Discrete(6)"),
     (["algo=apex", "algo.replay_ratio=-1"], "algo.replay_ratio: must be positive"),
-    (["algo=nosuch"], "Could not find 'algo/nosuch'"),
-    (["topology=local", "run.totl_env_steps=5"], "Key 'totl_env_steps' not in 'RunConfig'"),
-    (["run.total_env_steps=lots"], "Value 'lots' of type 'str' could not be converted to Integer"),
+    (["algo=nosuch"], "algo=nosuch: no algo named 'nosuch' (choose from apex,"),
+    (["topology=local", "run.totl_env_steps=5"],
+     "run.totl_env_steps: run has no key 'totl_env_steps'; did you mean run.total_env_steps?"),
+    (["+run.totl_env_steps=5"], "a key added with + would be read by nothing"),
+    (["run.total_env_steps=lots"], "run.total_env_steps=lots: run.total_env_steps takes a whole "
+                                   "number, e.g. run.total_env_steps=100000"),
     (["run.total_env_steps=-5"], "run.total_env_steps: must be positive"),
     (["env.envs_per_sampler=0"], "env.envs_per_sampler: must be positive"),
     (["run.max_restarts=-1"], "run.max_restarts: must be zero or positive"),
     (["algo=impala", "algo.replay=[{type: queue, ratio: 0.5}, {type: uniform, ratio: 0.25}]"],
      "algo.replay: the ratios sum to 0.75; they must sum to 1"),
-    (["logger=nosuch"], "Could not find 'logger/nosuch'"),
+    (["logger=tensorbord"], "no logger named 'tensorbord'; did you mean logger=tensorboard?"),
     (["topology=local", "++env.kwargs={sutton_barto_reward: true, colour: red}"],
      "env.kwargs: CartPole-v1 takes no argument 'colour'; remove env.kwargs.colour"),
 ])

@@ -107,3 +107,54 @@ def test_role_resources_the_cluster_lacks_are_refused_before_any_role_starts():
             check_role_resources(asks, processes, nodes)
     with pytest.raises(ConfigError, match="at most 1 on one node"):
         check_role_resources({"learner": {"trainer": 2}}, {"learner": 1}, nodes)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run.total_env_step=100"], "run.total_env_step: run has no key 'total_env_step'; did you "
+                                 "mean run.total_env_steps?"),
+    (["+run.total_env_step=100"], "and a key added with + would be read by nothing; did you "
+                                  "mean run.total_env_steps?"),
+    (["+algo.lrr=1e-3"], "+algo.lrr: algo has no key 'lrr', and a key added"),
+    (["algo=impala", "algo.minibatch_size=64"], "algo.minibatch_size: algo has no key"),
+    (["runn.seed=1"], "runn.seed: the config has no 'runn'; did you mean run?"),
+    (["run.seed=abc"], "run.seed=abc: run.seed takes a whole number, e.g. run.seed=0"),
+    (["algo.lr=fast"], "algo.lr=fast: algo.lr takes a number, e.g. algo.lr="),
+    (["run.max_wall_s=soon"], "run.max_wall_s takes a number or null"),
+    (["eval.video=maybe"], "eval.video takes true or false, e.g. eval.video=false"),
+    (["algo=ppoo"], "algo=ppoo: no algo named 'ppoo'; did you mean algo=ppo? (choose from apex,"),
+    (["logger=[wandb,tensorbord]"], "no logger named 'tensorbord'; did you mean "
+                                    "logger=tensorboard?"),
+])
+def test_an_override_the_schema_refuses_is_one_line_with_the_nearest_key(args, message):
+    from walle_ray.runtime.override_keys import check_overrides
+
+    with pytest.raises(ConfigError) as err:
+        check_overrides(rewrite_args(args, [CONF_DIR]), [CONF_DIR])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_overrides_the_schema_allows_or_leaves_to_hydra_pass(tmp_path):
+    from walle_ray.runtime.override_keys import check_overrides
+
+    fine = ["algo=ppo_kl", "algo.kl_target=0.02", "algo.minibatch_size=64", "env=pong",
+            "+env.kwargs.length=3", "+env.kwargs={a: 1}", "topology.resources.sampler.CPU=1",
+            "topology=16a2m2l", "topology=3a1m1l", "run.max_wall_s=null", "run.seed=0,1,2",
+            "algo.lr=${algo.ent_coef}", "model.hidden=[32]", "learner.num_gpus=1",
+            "run.total_env_steps=1e6", "eval.video=True", "mode=eval", "~preset",
+            "hydra.run.dir=x", "--cfg", "job", "logger=[wandb,tensorboard]", "env.id=Acrobot-v1"]
+    check_overrides(rewrite_args(fine, [CONF_DIR]), [CONF_DIR])
+    # an env of the user's config directory, named by a resumed run's search path
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "corridor.yaml").write_text("env:\n  id: CartPole-v1\n")
+    with pytest.raises(ConfigError, match="no env named 'corridor'"):
+        check_overrides(["env=corridor"], [CONF_DIR])
+    check_overrides(["env=corridor", f"hydra.searchpath=[file://{tmp_path}]"], [CONF_DIR])
+    check_overrides(["env=corridor"], [CONF_DIR, tmp_path])
+
+
+def test_the_api_says_what_is_wrong_with_a_setting(tmp_path):
+    import walle_ray
+
+    with pytest.raises(ConfigError, match=r"^run.seed=abc: run.seed takes a whole number"):
+        walle_ray.train(run={"seed": "abc"}, run_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -162,11 +163,14 @@ def ray_cluster():
     finally:
         # ``ray start --block`` outlives its processes by half a minute after SIGTERM, and
         # nothing is left to save once the test is over: after 5 s the group is killed.
-        os.killpg(head.pid, signal.SIGTERM)
+        # The group may empty itself between the wait and the kill: nothing left to kill.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGTERM)
         try:
             head.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
         shutil.rmtree(temp_dir, ignore_errors=True)
 

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from walle_ray.algos import register_configs
 
 from walle_ray.config import CONF_DIR, ConfigError
+from walle_ray.runtime.override_keys import check_overrides
 from walle_ray.runtime.args import (announce_preset, check_named_run_dir, checked_config_dirs,
                                     rewrite_args, searchpath_override, user_config_dirs)
 
@@ -61,6 +62,7 @@ def main() -> None:
     try:
         dirs = checked_config_dirs(user_config_dirs(args), "--config-dir")
         sys.argv = [sys.argv[0], *rewrite_args(args, [CONF_DIR, *dirs])]
+        check_overrides(sys.argv[1:], [CONF_DIR, *dirs])
         check_named_run_dir(sys.argv[1:])
     except ConfigError as exc:
         sys.exit(f"walle_ray: error: {exc}")

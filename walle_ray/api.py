@@ -119,9 +119,11 @@ def _compose(overrides: list[str], config_dir, run_dir):
     from walle_ray.config import CONF_DIR, ConfigError
     from walle_ray.runtime.args import (announce_preset, checked_config_dirs, rewrite_args,
                                         searchpath_override)
+    from walle_ray.runtime.override_keys import check_overrides
 
     dirs = checked_config_dirs([config_dir] if config_dir is not None else [], "config_dir")
     overrides = rewrite_args(overrides, [CONF_DIR, *dirs])
+    check_overrides(overrides, [CONF_DIR, *dirs])
     if dirs:
         overrides.append(searchpath_override(dirs))
     register_configs()

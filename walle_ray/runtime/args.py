@@ -149,7 +149,7 @@ def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
     opt_in = f"resume with run.trust_code=true if you trust {stored.parent}"
     if name == "hydra.searchpath":
         own = [Path(d).resolve() for d in conf_dirs]
-        for folder in _searchpath(override):
+        for folder in searchpath_dirs(override):
             if folder not in own:
                 raise ConfigError(
                     f"run.resume: {stored} puts {str(folder)!r} on the config search path "
@@ -174,7 +174,7 @@ def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
                           f"{opt_in}, or give {name}=... on this command line")
 
 
-def _searchpath(override: str) -> list[Path | str]:
+def searchpath_dirs(override: str) -> list[Path | str]:
     """The directories a stored ``hydra.searchpath`` names, as Hydra reads them; an entry
     that is not a ``file://`` directory, as it is written."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
