@@ -131,9 +131,10 @@ def _compose(overrides: list[str], config_dir, run_dir):
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         try:
             cfg = compose("config", overrides=overrides, return_hydra_config=True)
-        except Exception as exc:  # Hydra's own errors name the override
-            raise ConfigError("; ".join(line.strip() for line in str(exc).strip().splitlines()
-                                        if line.strip())) from None
+        except Exception as exc:  # Hydra's own errors name the override; the cause says why
+            lines = [line.strip() for error in (exc, exc.__cause__) if error is not None
+                     for line in str(error).strip().splitlines() if line.strip()]
+            raise ConfigError("; ".join(dict.fromkeys(lines))) from None
     if run_dir is None and cfg.mode == "train":  # walle_new_dir creates it: only for a run
         run_dir = cfg.hydra.run.dir
     announce_preset(cfg.hydra.runtime.choices.get("preset"),
