@@ -141,7 +141,9 @@ def test_overrides_the_schema_allows_or_leaves_to_hydra_pass(tmp_path):
             "topology=16a2m2l", "topology=3a1m1l", "run.max_wall_s=null", "run.seed=0,1,2",
             "algo.lr=${algo.ent_coef}", "model.hidden=[32]", "learner.num_gpus=1",
             "run.total_env_steps=1e6", "eval.video=True", "mode=eval", "~preset",
-            "hydra.run.dir=x", "--cfg", "job", "logger=[wandb,tensorboard]", "env.id=Acrobot-v1"]
+            "hydra.run.dir=x", "--cfg", "job", "logger=[wandb,tensorboard]", "env.id=Acrobot-v1",
+            "hydra/job_logging=disabled", "run.total_env_steps=1_000_000", "algo=glob(*)",
+            "env=choice(cartpole,taxi)", "eval.video=2"]
     check_overrides(rewrite_args(fine, [CONF_DIR]), [CONF_DIR])
     # an env of the user's config directory, named by a resumed run's search path
     (tmp_path / "env").mkdir()
@@ -150,6 +152,12 @@ def test_overrides_the_schema_allows_or_leaves_to_hydra_pass(tmp_path):
         check_overrides(["env=corridor"], [CONF_DIR])
     check_overrides(["env=corridor", f"hydra.searchpath=[file://{tmp_path}]"], [CONF_DIR])
     check_overrides(["env=corridor"], [CONF_DIR, tmp_path])
+    # a group of the user's own (Hydra's experiment pattern)
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "fast.yaml").write_text("# @package _global_\n")
+    check_overrides(["+experiment=fast"], [CONF_DIR, tmp_path])
+    with pytest.raises(ConfigError, match="no experiment named 'slow'"):
+        check_overrides(["+experiment=slow"], [CONF_DIR, tmp_path])
 
 
 def test_the_api_says_what_is_wrong_with_a_setting(tmp_path):
@@ -158,3 +166,12 @@ def test_the_api_says_what_is_wrong_with_a_setting(tmp_path):
     with pytest.raises(ConfigError, match=r"^run.seed=abc: run.seed takes a whole number"):
         walle_ray.train(run={"seed": "abc"}, run_dir=tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_run_the_api_refuses_leaves_no_dated_directory(tmp_path, monkeypatch):
+    import walle_ray
+
+    monkeypatch.setenv("WALLE_RUNS_DIR", str(tmp_path / "runs"))
+    with pytest.raises(ConfigError, match="algo.lr"):
+        walle_ray.train(algo={"lr": -1})
+    assert not list((tmp_path / "runs").iterdir())

@@ -102,6 +102,7 @@ def test_a_trusted_checkpoint_or_the_callers_own_code_is_built(corridor_run, on_
     ({"id": "os:Evil-v0"}, {}, "env.id"),
     # walle/Faulty-v0 makes the env its base_id names: gymnasium imports a module:EnvId's module
     ({"id": "walle/Faulty-v0", "kwargs": {"base_id": "os:Evil-v0"}}, {}, "env.kwargs.base_id"),
+    ({"id": "walle/Faulty-v0", "kwargs": {"base_id": "os:"}}, {}, "env.kwargs.base_id"),
     ({}, {"_target_": "my_pkg.nets:MyActorCritic"}, "model._target_"),
 ])
 def test_each_key_that_names_code_is_refused_unless_trusted(tmp_path, env, model, key):
@@ -148,7 +149,7 @@ def resume_args(run_dir, stored, *given, dirs=()):
 def test_resume_keeps_stored_overrides_that_name_no_code_and_refuses_the_rest(tmp_path):
     plain = ["env=cartpole", "algo=impala", "logger=[wandb,tensorboard]", "~preset",
              "topology.spec=2a1m1l", "+env.kwargs={length: 3}", "env.id=CartPole-v1",
-             "run.ray_address=auto"]
+             "run.ray_address=auto", "logger.group=${algo.name}_${env.name}"]
     assert resume_args(tmp_path, plain)[:len(plain)] == plain
     # trust is this command's to give, never the file's
     assert "run.trust_code=true" not in resume_args(tmp_path, [*plain, "run.trust_code=true"])
@@ -159,8 +160,9 @@ def test_resume_keeps_stored_overrides_that_name_no_code_and_refuses_the_rest(tm
             "+env.wrappers=[{_target_: os.system}]", "env.id=os:Evil-v0", "env.id=${env.name}",
             "env=../../../tmp/evil", "env={entry_point: 'os:system'}",
             "+hydra.callbacks.x._target_=os.system", "hydra/launcher=evil",
-            "+env.kwargs.base_id=os:Evil-v0",
-            "+env.kwargs={base_id: 'os:Evil-v0'}", "algo.lr=${oc.env:HOME}",
+            "+env.kwargs.base_id=os:Evil-v0", "+env.kwargs.base_id=os:",
+            "+env.kwargs={base_id: 'os:Evil-v0'}", "+env.kwargs.base_id=${env.name}",
+            "algo.lr=${oc.env:HOME}",
             "run.ray_address=ray://cluster.example:10001", "run.ray_address=10.0.0.1:6379",
             "--experimental-rerun=/tmp/config.pickle", searchpath]
     for override in code:

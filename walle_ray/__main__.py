@@ -28,16 +28,24 @@ def _task(cfg: DictConfig) -> None:
 
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
-    try:
-        if cfg.mode in ("eval", "collect"):  # what they write goes elsewhere
+    named = any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
+
+    def tidy() -> None:
+        """The directory walle_new_dir made for this command, where it holds only Hydra's
+        files: a directory the user named is theirs."""
+        if not named:
             remove_unused(output_dir)
-        if cfg.mode == "eval":
+
+    try:
+        if cfg.mode == "eval":  # what it writes goes beside the checkpoint
             evaluate(cfg)
+            tidy()
             return
-        if cfg.mode == "collect":
+        if cfg.mode == "collect":  # to collect.out
             from walle_ray.runtime.collect import collect
 
             collect(cfg)
+            tidy()
             return
         dirs = [Path(s.path) for s in hydra_cfg.runtime.config_sources if s.schema == "file"]
         announce_preset(hydra_cfg.runtime.choices.get("preset"), dirs)
@@ -47,7 +55,7 @@ def _task(cfg: DictConfig) -> None:
             stored.append(searchpath_override(users))
         result = train(cfg, output_dir, stored)
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
-        remove_unused(output_dir)  # a refused command leaves no empty run directory
+        tidy()  # a refused command leaves no empty run directory
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     if result.exit_code:

@@ -15,6 +15,7 @@ Everything heavy is imported inside the functions, so ``import walle_ray`` stays
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import re
 from pathlib import Path
@@ -79,16 +80,21 @@ def train(overrides: Iterable[str] | None = None, *, config_dir: str | Path | No
     """
     import ray
 
+    from walle_ray.config import ConfigError
     from walle_ray.runtime.train import train as run_training
 
+    named = run_dir is not None
     cfg, run_dir, stored = _compose(compose_overrides(overrides, settings), config_dir, run_dir)
     if cfg.mode != "train":
-        from walle_ray.config import ConfigError
-
         raise ConfigError("mode: walle_ray.train trains; use walle_ray.evaluate for mode=eval")
     started_ray = not ray.is_initialized()
     try:
         return run_training(cfg, run_dir, stored)
+    except ConfigError:
+        if not named:  # the dated directory made for this run, still empty
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
     finally:
         if started_ray and ray.is_initialized():
             ray.shutdown()

@@ -253,7 +253,8 @@ class Config:
 # env.id does too when it is gymnasium's 'module:EnvId', and so may an env's keyword
 # argument written that way (an env that makes another by id: ``MODULE_REF``).
 CODE_KEYS = ("env.imports", "env.entry_point", "env.wrappers", "model._target_")
-MODULE_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.-]*")  # 'module:Name', gymnasium's form
+# 'module:...': gymnasium imports the module before it reads what follows the colon
+MODULE_REF = re.compile(r"\s*[A-Za-z_][\w.]*:")
 
 
 def env_name(env_id: str, entry_point: Optional[str] = None) -> str:

@@ -63,8 +63,10 @@ class Learner:
         cpu0 = time.process_time()
         for r in rollouts:
             r.check()
-        if self.keeps_previous:
-            self.previous = copy.deepcopy(self.state_dict())
+        if self.keeps_previous:  # cloned where it lives: no copy to the host each update
+            self.previous = copy.deepcopy({"model": self.model.state_dict(),
+                                           "update": self.update_rule.state_dict(),
+                                           "version": self.version})
         self.model.train()
         metrics = self.update_rule.update(rollouts, env_steps)
         self.version += 1

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from walle_ray.config import CODE_KEYS, CONF_DIR, MODULE_REF, ConfigError
+from walle_ray.config import CODE_KEYS, CONF_DIR, ConfigError
 from walle_ray.runtime.run_dir import check_run_dir
 
 # Hydra's flags that print, complete or sweep instead of running one job in hydra.run.dir
@@ -138,8 +138,8 @@ def _resume_args(run_dir: Path, args: list[str], conf_dirs: list[Path]) -> list[
 def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
     """Refuse, in one line naming it, the file and the opt-in, a stored override that names
     code for this process to import or run: a key of ``CODE_KEYS`` or below one, a
-    ``module:EnvId`` env id or ``env.kwargs`` value, an interpolation (resolving it calls a
-    resolver), a whole section or a group file given as a path, Hydra's own settings and
+    ``module:EnvId`` env id or ``env.kwargs`` value (or an interpolation there, which could
+    resolve to one), an interpolation that calls a resolver, a whole section or a group file given as a path, Hydra's own settings and
     flags (its callbacks and launchers are code), or a config directory
     (``hydra.searchpath``) that is not among ``conf_dirs``, whose files could name any of
     these. A Ray cluster to join (``run.ray_address``, other than ``auto`` or ``local``) is
@@ -160,10 +160,10 @@ def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
             or name == "hydra" or name.startswith("hydra.")
             or ("." not in name and not re.fullmatch(r"[\w.,\[\] -]*", value))
             or any(name == k or name.startswith(k + ".") for k in CODE_KEYS)
-            or "${" in value
+            or re.search(r"\$\{[^}]*:", value) is not None  # a resolver, called to resolve it
             or (name == "env.id" and (":" in value or "$" in value))
             or ((name == "env.kwargs" or name.startswith("env.kwargs."))
-                and MODULE_REF.search(value) is not None))
+                and ("$" in value or re.search(r"(^|[\s{\[,:'\"])[A-Za-z_][\w.]*:(?!\s)", value))))
     if name == "run.ray_address" and value.strip().strip("'\"").lower() not in (
             "", "null", "auto", "local"):
         raise ConfigError(f"run.resume: {stored} sets {override!r}, a Ray cluster to join, whose "

@@ -107,7 +107,7 @@ def named_code(config: dict) -> list[tuple[str, str]]:
     if ":" in str(env.get("id") or ""):
         found.append(("env.id", str(env["id"])))
     found += [(key, value) for key, value in _strings(env.get("kwargs"), "env.kwargs")
-              if MODULE_REF.fullmatch(value)]
+              if MODULE_REF.match(value)]
     if model.get("_target_"):
         found.append(("model._target_", str(model["_target_"])))
     return found

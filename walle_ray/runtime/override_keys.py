@@ -47,10 +47,11 @@ def check_overrides(args: list[str], conf_dirs: list[Path]) -> None:
         key, _, value = arg.partition("=")
         name = key.lstrip("+")
         parts = name.split(".")
-        if parts[0] == "hydra":
+        if parts[0].split("/")[0] == "hydra" or "/" in parts[0]:  # Hydra's own, nested groups
             continue
-        if len(parts) == 1 and (name in GROUPS or name in OTHER_GROUPS):
-            if name in GROUPS:
+        if len(parts) == 1 and (name in GROUPS or name in OTHER_GROUPS
+                                or any((Path(d) / name).is_dir() for d in conf_dirs)):
+            if name not in OTHER_GROUPS:  # a user's group (experiment=...) too
                 _check_option(name, value, conf_dirs)
             continue
         if parts[0] not in roots:
@@ -94,8 +95,9 @@ def _check_value(name: str, kind, value: str, default) -> None:
     text = value.strip()
     if not text or re.search(r"[$,\[\]{}()'\"]", text) or (optional and text == "null"):
         return  # interpolations, sweeps, lists, dicts and quoted strings are Hydra's
-    ok = {bool: lambda: text.lower() in BOOLS,
-          int: lambda: re.fullmatch(r"[+-]?\d+", text) is not None,
+    whole = re.fullmatch(r"[+-]?\d+(_\d+)*", text) is not None  # 1_000_000 is Hydra's too
+    ok = {bool: lambda: text.lower() in BOOLS or whole,
+          int: lambda: whole,
           float: lambda: _is_float(text)}.get(kind)
     if ok is None or ok():
         return
@@ -107,9 +109,10 @@ def _check_value(name: str, kind, value: str, default) -> None:
 
 
 def _check_option(group: str, value: str, conf_dirs: list[Path]) -> None:
-    """Each option of ``group=value`` (a list or a sweep names several) has a file."""
+    """Each option of ``group=value`` (a list or a sweep names several) has a file; a sweep
+    written as a function (``glob(*)``, ``choice(a,b)``) is Hydra's to read."""
     options = sorted({p.stem for d in conf_dirs for p in (Path(d) / group).glob("*.yaml")})
-    if not conf_dirs or not options:
+    if not conf_dirs or not options or "(" in value:
         return
     for option in (o.strip() for o in re.split(r"[,\[\]]", value)):
         if option and "/" not in option and not option.startswith("$") and option not in options:

@@ -403,6 +403,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     stopped_by = "error"
     start = (time.perf_counter(), counters["env_steps"])
     signals.starting = False
+    ended = False  # the loop stopped for a reason of its own (budget, return, signal), not an error
     try:
         def report(record: dict) -> None:
             state["record"] = record
@@ -422,6 +423,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
             try:
                 stopped_by = run_loop(cfg, fleet, counters, window, hooks, signals, start,
                                       times=times)
+                ended = True
                 break
             except Replan as change:  # the cluster changed under topology=auto
                 try:
@@ -437,8 +439,11 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: list[str] | None,
     finally:
         progress.close()
         milestones.finish()
-        try:  # even after no iteration: the minutes and core-hours of this command count
-            checkpoint()
+        try:  # a run that ended writes one even after no iteration: this command's minutes
+            # and core-hours count; one stopped by an error only if it learned since the last
+            if ended or counters["iterations"] > state["last_saved_iteration"] or not (
+                    run_dir / "checkpoints" / "last.pt").exists():
+                checkpoint()
         except (RoleError, RayError) as exc:  # a dead learner cannot hand over its state
             print(f"walle_ray: no final checkpoint ({first_line(exc)}); the last one, at "
                   f"iteration {state['last_saved_iteration']}, is intact", file=sys.stderr,
