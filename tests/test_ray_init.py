@@ -53,3 +53,37 @@ def test_a_local_instance_listens_only_on_loopback():
     ips = {ip for ip, _ in found["listening"]}
     assert found["metrics_port"] in {port for _, port in found["listening"]}, found
     assert ips <= LOOPBACK, found
+
+
+# A run's driver takes SIGTERM with its own handler; here one arrives every 20 ms while the
+# driver starts its local instance, as a `kill` during start-up may.
+PELTED = textwrap.dedent("""
+    import os, signal, threading, time
+    taken = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: taken.append(signum))
+    from walle_ray.runtime.ray_init import start_ray
+    import ray
+
+    stop = threading.Event()
+
+    def pelt():
+        while not stop.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.02)
+
+    threading.Thread(target=pelt, daemon=True).start()
+    start_ray(None, 1, "walle_sigterm_test")
+    stop.set()
+    print("taken", len(taken), flush=True)
+    ray.shutdown()
+""")
+
+
+def test_sigterm_while_ray_starts_reaches_the_runs_handler_only():
+    """Ray's core worker would install a C++ handler for failure signals, SIGTERM among them,
+    that can abort the driver while its roles start; the run's own handler takes them all."""
+    proc = subprocess.run([sys.executable, "-c", PELTED], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SIGTERM received" not in proc.stderr, proc.stderr[-3000:]
+    assert int(proc.stdout.split("taken")[-1]) > 10

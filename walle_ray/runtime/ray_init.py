@@ -117,18 +117,23 @@ def loopback_node() -> Iterator[None]:
 def keep_python_handlers() -> Iterator[None]:
     """Keep this process's Python handlers for SIGINT and SIGTERM (a run's clean stop,
     runtime/signals.py) while ``ray.init`` runs: it would install its own SIGTERM handler,
-    which exits at once, from its first lines."""
-    from ray._private import utils
+    which exits at once, from its first lines, and its core worker a C++ one for failure
+    signals, SIGTERM among them, which can abort the driver while the roles start. Neither is
+    installed in this process; Ray's role processes keep theirs."""
+    from ray._private import ray_constants, utils
 
     main = threading.current_thread() is threading.main_thread()
     kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     base = utils.set_sigterm_handler
+    failure_handler = getattr(ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", False)
     if callable(kept.get(signal.SIGTERM)):
         utils.set_sigterm_handler = lambda handler: None
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read as the driver connects
     try:
         yield
     finally:
         utils.set_sigterm_handler = base
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = failure_handler
         for sig, handler in kept.items():
             if callable(handler):
                 signal.signal(sig, handler)
