@@ -237,3 +237,18 @@ def test_resuming_after_a_kill_writes_each_iteration_once(tmp_path):
     assert {name: path.read_bytes() for name, path in held.items()} == kept
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["total_env_steps"] == 1536
     assert json.loads((run_dir / "report.json").read_text())["run"]["segments"] == 2
+
+
+def test_a_signal_during_the_teardown_after_the_run_exits_quietly():
+    """After the run has written everything, Ctrl-C during Ray's shutdown at exit (here an
+    atexit callback that sleeps) ends the process at once, with the run's exit code."""
+    code = ("import atexit, os, signal, threading, time\n"
+            "from walle_ray.__main__ import quiet_teardown\n"
+            "atexit.register(time.sleep, 20)\n"
+            "quiet_teardown(0)\n"
+            "threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert time.monotonic() - started < 15

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -54,12 +56,26 @@ def _task(cfg: DictConfig) -> None:
         if users:
             stored.append(searchpath_override(users))
         result = train(cfg, output_dir, stored)
+        quiet_teardown(result.exit_code)
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
         tidy()  # a refused command leaves no empty run directory
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     if result.exit_code:
         sys.exit(result.exit_code)
+
+
+def quiet_teardown(exit_code: int) -> None:
+    """Once the run has written its checkpoint, metrics and report, Ctrl-C or SIGTERM during
+    Ray's shutdown at exit ends the process at once, with the run's exit code, rather than
+    with a traceback from inside Ray."""
+    def leave(signum, frame) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, leave)
 
 
 def main() -> None:
