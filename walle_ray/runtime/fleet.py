@@ -99,6 +99,17 @@ def timed_update(learner_metrics: dict, rows: int, learn_s: float) -> dict:
     return learner_metrics
 
 
+def updates_per_call(cfg: DictConfig, algo: Algorithm, memories: int, env_steps: int) -> int:
+    """The updates a learner makes per call (``algo.updates_per_call``); for an offline run,
+    whose env steps are the recorded rows learned from (``algo.batch_size`` from each of the
+    learner's ``memories`` per update), no more than the budget's rows left need."""
+    most = cfg.algo.updates_per_call
+    if not algo.reads_dataset:
+        return most
+    left = cfg.run.total_env_steps - env_steps
+    return max(1, min(most, -(-left // (cfg.algo.batch_size * max(1, memories)))))
+
+
 class LocalFleet:
     """Every role in the driver process; the reference the Ray fleet is tested against.
     An asynchronous step is one fragment per sampler, then every update the memories can
@@ -107,6 +118,7 @@ class LocalFleet:
     def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         prepare_process(cfg.learner.torch_threads or 1)  # the driver is every role's process
+        self.cfg, self.algo = cfg, algo
         self.sync = algo.loop == "sync"
         self.topo = topo
         self.offline = algo.reads_dataset  # topology=local: its one sampler is not made
@@ -195,7 +207,9 @@ class LocalFleet:
     def _drain(self, memory, env_steps: int):
         """Updates on the batches ``memory`` can serve now, feedback going back to it."""
         updates = 0
-        while memory.can_sample() and (self.max_updates is None or updates < self.max_updates):
+        most = (updates_per_call(self.cfg, self.algo, 1, env_steps) if self.offline
+                else self.max_updates)
+        while memory.can_sample() and (most is None or updates < most):
             batch = memory.sample()
             metrics = self.learner.update([batch], env_steps)
             feedback = self.learner.memory_feedback()

@@ -14,7 +14,8 @@ from omegaconf import DictConfig
 
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout, Step,
-                                     count_faults, new_faults, role_failed, timed_update)
+                                     count_faults, new_faults, role_failed, timed_update,
+                                     updates_per_call)
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.runtime.role_setup import make_learners, pins_samplers, role_name, role_resources
 from walle_ray.runtime.stalls import StallWatch
@@ -190,7 +191,10 @@ class RayFleet:
             self.pending[self.samplers[p].run.remote(self._fragments_per_call(p))] = ("sampler", p, None)
 
     def _call_learner(self, j: int, env_steps: int) -> None:
-        ref = self.learners[j].train.remote(self.cfg.algo.updates_per_call, env_steps)
+        shards = self.packing.learners[j]
+        rows = sum(len(self.topo.memories_of_learner(s)) for s in shards)
+        ref = self.learners[j].train.remote(updates_per_call(self.cfg, self.algo, rows, env_steps),
+                                            env_steps)
         self.pending[ref] = ("learner", j, None)
 
     def _sampler_died(self, p: int, exc: BaseException) -> None:
