@@ -345,18 +345,19 @@ def test_a_dataset_with_nan_or_inf_is_refused_in_one_line(tmp_path):
     assert "walle_ray: error: dataset.path:" in proc.stderr and "NaN or inf" in proc.stderr
 
 
-@pytest.mark.parametrize("topology", ["local", "0a1m1l"])
+@pytest.mark.parametrize("topology", ["local", "0a1m1l", "0a2m2l"])
 def test_an_offline_run_stops_within_one_update_of_its_budget(tmp_path, topology):
-    """Its env steps are the recorded rows learned from: a call's updates stop where the
-    budget does, not 50 updates of 256 rows later."""
+    """Its env steps are the recorded rows learned from: a learner's calls stop where the
+    budget does (79 updates of 256 rows, over two calls of at most 50), not at the end of
+    a call of 50; two learners are asked alike, as they update in lockstep."""
     import walle_ray
 
     data = _write(tmp_path / "d", [20, 30, 25], [True, False, True])
     result = walle_ray.train(["algo=bc", "env=cartpole", f"topology={topology}",
-                              f"dataset.path={data}", "run.total_env_steps=2000",
+                              f"dataset.path={data}", "run.total_env_steps=20000",
                               "eval.every_env_steps=100000", "eval.episodes=1"],
                              run_dir=tmp_path / "run", logger={"progress": "off"})
-    assert result.stopped_by == "budget" and result.counters["env_steps"] == 2048  # 8 x 256
+    assert result.stopped_by == "budget" and result.counters["env_steps"] == 79 * 256
 
 
 def test_an_offline_run_resumes_where_it_stopped_and_evaluates_as_it_goes(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from walle_ray.algos import register_configs
@@ -56,7 +57,8 @@ def _task(cfg: DictConfig) -> None:
         if users:
             stored.append(searchpath_override(users))
         result = train(cfg, output_dir, stored)
-        quiet_teardown(result.exit_code)
+        if hydra_cfg.mode == RunMode.RUN:  # a sweep's next job takes signals as its own
+            quiet_teardown(result.exit_code)
     except (ConfigError, CheckpointError, RoleError, SamplerFailed, NonFiniteUpdate) as exc:
         tidy()  # a refused command leaves no empty run directory
         print(f"walle_ray: error: {exc}", file=sys.stderr, flush=True)
@@ -70,8 +72,11 @@ def quiet_teardown(exit_code: int) -> None:
     Ray's shutdown at exit ends the process at once, with the run's exit code, rather than
     with a traceback from inside Ray."""
     def leave(signum, frame) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, RuntimeError, ValueError):  # closed, or a write it interrupted
+                pass
         os._exit(exit_code)
 
     for sig in (signal.SIGINT, signal.SIGTERM):

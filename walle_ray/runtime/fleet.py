@@ -99,15 +99,16 @@ def timed_update(learner_metrics: dict, rows: int, learn_s: float) -> dict:
     return learner_metrics
 
 
-def updates_per_call(cfg: DictConfig, algo: Algorithm, memories: int, env_steps: int) -> int:
-    """The updates a learner makes per call (``algo.updates_per_call``); for an offline run,
-    whose env steps are the recorded rows learned from (``algo.batch_size`` from each of the
-    learner's ``memories`` per update), no more than the budget's rows left need."""
-    most = cfg.algo.updates_per_call
-    if not algo.reads_dataset:
-        return most
-    left = cfg.run.total_env_steps - env_steps
-    return max(1, min(most, -(-left // (cfg.algo.batch_size * max(1, memories)))))
+def offline_updates_left(cfg: DictConfig, env_steps: int) -> int:
+    """The updates an offline run, whose env steps are the recorded rows learned from
+    (``algo.batch_size`` an update, over all its learners), has left after ``env_steps``."""
+    return -(-(cfg.run.total_env_steps - env_steps) // cfg.algo.batch_size)
+
+
+def capped(most: int, left: int) -> int:
+    """``most`` updates for a call, no more than the ``left`` a budget needs; ``most`` again
+    once none are left, so that a run whose learners took fewer rows still reaches its end."""
+    return most if left <= 0 else min(most, left)
 
 
 class LocalFleet:
@@ -118,7 +119,7 @@ class LocalFleet:
     def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         prepare_process(cfg.learner.torch_threads or 1)  # the driver is every role's process
-        self.cfg, self.algo = cfg, algo
+        self.cfg = cfg
         self.sync = algo.loop == "sync"
         self.topo = topo
         self.offline = algo.reads_dataset  # topology=local: its one sampler is not made
@@ -154,7 +155,7 @@ class LocalFleet:
     def ahead(self) -> None:
         pass
 
-    def start(self) -> None:
+    def start(self, env_steps: int = 0) -> None:
         self.publish()
 
     def _collect(self, sampler) -> tuple:
@@ -207,8 +208,8 @@ class LocalFleet:
     def _drain(self, memory, env_steps: int):
         """Updates on the batches ``memory`` can serve now, feedback going back to it."""
         updates = 0
-        most = (updates_per_call(self.cfg, self.algo, 1, env_steps) if self.offline
-                else self.max_updates)
+        most = (capped(self.max_updates, offline_updates_left(self.cfg, env_steps))
+                if self.offline else self.max_updates)
         while memory.can_sample() and (most is None or updates < most):
             batch = memory.sample()
             metrics = self.learner.update([batch], env_steps)

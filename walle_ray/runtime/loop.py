@@ -102,7 +102,7 @@ def run_loop(cfg: DictConfig, fleet, counters: dict, window, hooks: list[Periodi
     times = times if times is not None else RunTimes()
     for key in ("env_steps_consumed", "updates", "dropped_fragments"):
         counters.setdefault(key, 0)
-    fleet.start()
+    fleet.start(counters["env_steps"])
     offline = fleet.offline  # no samplers: the algorithm reads a dataset (Algorithm.reads_dataset)
     interval, last = Interval(), time.perf_counter()
     rates: dict[str, float] = {}  # memory counters at the last record, for their rates

@@ -14,8 +14,8 @@ from omegaconf import DictConfig
 
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout, Step,
-                                     count_faults, new_faults, role_failed, timed_update,
-                                     updates_per_call)
+                                     capped, count_faults, new_faults, offline_updates_left,
+                                     role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.runtime.role_setup import make_learners, pins_samplers, role_name, role_resources
 from walle_ray.runtime.stalls import StallWatch
@@ -191,10 +191,12 @@ class RayFleet:
             self.pending[self.samplers[p].run.remote(self._fragments_per_call(p))] = ("sampler", p, None)
 
     def _call_learner(self, j: int, env_steps: int) -> None:
-        shards = self.packing.learners[j]
-        rows = sum(len(self.topo.memories_of_learner(s)) for s in shards)
-        ref = self.learners[j].train.remote(updates_per_call(self.cfg, self.algo, rows, env_steps),
-                                            env_steps)
+        updates = self.cfg.algo.updates_per_call
+        if self.algo.reads_dataset:  # no more than the budget needs; learners update in
+            # lockstep, so each is asked the same sequence of counts
+            updates = capped(updates, self.updates_left - self.updates_asked[j])
+            self.updates_asked[j] += updates
+        ref = self.learners[j].train.remote(updates, env_steps)
         self.pending[ref] = ("learner", j, None)
 
     def _sampler_died(self, p: int, exc: BaseException) -> None:
@@ -283,9 +285,14 @@ class RayFleet:
         self.version, self.weights = self._get(self.learners[0].publish.remote(self.ps),
                                                "learner-0 (publishing weights)")
 
-    def start(self) -> None:
+    def start(self, env_steps: int = 0) -> None:
+        """Publish the first weights and, for an asynchronous algorithm, set every role to
+        work; ``env_steps``: the run's so far (a resumed run's)."""
         self.running = True
         self.publish()
+        self.updates_left = (offline_updates_left(self.cfg, env_steps)
+                             if self.algo.reads_dataset else 0)
+        self.updates_asked = [0] * len(self.learners)
         if not self.sync:
             for i in range(len(self.samplers)):
                 self._call_sampler(i)

@@ -11,7 +11,7 @@ class BCConfig:
     """Behaviour cloning: the policy that makes the recorded actions most likely."""
 
     name: str = "bc"  # shown in run names and metrics
-    batch_size: int = 256  # recorded steps per learner update, from each of its memories
+    batch_size: int = 256  # recorded steps per update, split across the learners
     lr: float = 1e-3  # Adam's learning rate
     lr_schedule: str = "constant"  # constant | linear (to 0 at run.total_env_steps)
     adam_eps: float = 1e-8
