@@ -345,7 +345,7 @@ def test_a_dataset_with_nan_or_inf_is_refused_in_one_line(tmp_path):
     assert "walle_ray: error: dataset.path:" in proc.stderr and "NaN or inf" in proc.stderr
 
 
-@pytest.mark.parametrize("topology", ["local", "0a1m1l", "0a2m2l"])
+@pytest.mark.parametrize("topology", ["local", "0a2m2l"])
 def test_an_offline_run_stops_within_one_update_of_its_budget(tmp_path, topology):
     """Its env steps are the recorded rows learned from: a learner's calls stop where the
     budget does (79 updates of 256 rows, over two calls of at most 50), not at the end of
