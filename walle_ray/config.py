@@ -254,7 +254,8 @@ class Config:
 # argument written that way (an env that makes another by id: ``MODULE_REF``).
 CODE_KEYS = ("env.imports", "env.entry_point", "env.wrappers", "model._target_")
 # 'module:...': gymnasium imports the module before it reads what follows the colon
-MODULE_REF = re.compile(r"\s*[A-Za-z_][\w.]*:")
+MODULE_PREFIX = r"[A-Za-z_][\w.]*:"
+MODULE_REF = re.compile(r"\s*" + MODULE_PREFIX)
 
 
 def env_name(env_id: str, entry_point: Optional[str] = None) -> str:

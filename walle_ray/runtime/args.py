@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from walle_ray.config import CODE_KEYS, CONF_DIR, ConfigError
+from walle_ray.config import CODE_KEYS, CONF_DIR, MODULE_PREFIX, ConfigError
 from walle_ray.runtime.run_dir import check_run_dir
 
 # Hydra's flags that print, complete or sweep instead of running one job in hydra.run.dir
@@ -135,14 +135,19 @@ def _resume_args(run_dir: Path, args: list[str], conf_dirs: list[Path]) -> list[
     return [*args[:at], *kept, *args[at:end + 1], *place, *args[end + 1:]]
 
 
+# A 'module:' inside an env.kwargs override's value, alone or in a list or dict literal (a
+# dict's 'key: value' has a space after its colon)
+_KWARG_MODULE = r"(^|[\s{\[,:'\"])" + MODULE_PREFIX + r"(?!\s)"
+
+
 def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
     """Refuse, in one line naming it, the file and the opt-in, a stored override that names
     code for this process to import or run: a key of ``CODE_KEYS`` or below one, a
     ``module:EnvId`` env id or ``env.kwargs`` value (or an interpolation there, which could
-    resolve to one), an interpolation that calls a resolver, a whole section or a group file given as a path, Hydra's own settings and
-    flags (its callbacks and launchers are code), or a config directory
-    (``hydra.searchpath``) that is not among ``conf_dirs``, whose files could name any of
-    these. A Ray cluster to join (``run.ray_address``, other than ``auto`` or ``local``) is
+    resolve to one), an interpolation that calls a resolver, a whole section or a group file
+    given as a path, Hydra's own settings and flags (its callbacks and launchers are code),
+    or a config directory (``hydra.searchpath``) that is not among ``conf_dirs``, whose files
+    could name any of these. A Ray cluster to join (``run.ray_address``, other than ``auto`` or ``local``) is
     refused too: what it sends this process is unpickled, and can run code."""
     key, _, value = override.partition("=")
     name = key.lstrip("+~")
@@ -163,7 +168,7 @@ def _check_stored(override: str, stored: Path, conf_dirs: list[Path]) -> None:
             or re.search(r"\$\{[^}]*:", value) is not None  # a resolver, called to resolve it
             or (name == "env.id" and (":" in value or "$" in value))
             or ((name == "env.kwargs" or name.startswith("env.kwargs."))
-                and ("$" in value or re.search(r"(^|[\s{\[,:'\"])[A-Za-z_][\w.]*:(?!\s)", value))))
+                and ("$" in value or re.search(_KWARG_MODULE, value))))
     if name == "run.ray_address" and value.strip().strip("'\"").lower() not in (
             "", "null", "auto", "local"):
         raise ConfigError(f"run.resume: {stored} sets {override!r}, a Ray cluster to join, whose "
