@@ -116,6 +116,16 @@ def test_a_damaged_or_foreign_cache_is_not_taken_for_costs():
             Costs.from_json(bad)
 
 
+def test_a_calibration_tells_two_cpus_of_one_plain_name_apart():
+    from walle_ray.runtime.calibrate import cpu_model
+
+    block = "processor\t: {n}\ncpu family\t: 25\nmodel\t\t: {m}\nmodel name\t: AMD EPYC\n\n"
+    zen3, zen4 = (cpu_model(block.format(n=0, m=m) + block.format(n=1, m=9)) for m in (1, 17))
+    assert (zen3, zen4) == ("AMD EPYC (cpu family 25, model 1)",
+                            "AMD EPYC (cpu family 25, model 17)")
+    assert cpu_model("model name\t: Some CPU\n") == "Some CPU"
+
+
 def test_a_replan_that_cannot_keep_its_memories_fed_gives_them_samplers():
     costs = async_costs(update_s={1: 2.0}, learner_counts=(1, 2, 4))
     wide = choose(costs, [1.0, 1.0, 1.0, 1.0])

@@ -46,12 +46,22 @@ def cache_dir() -> Path:
     return Path(os.environ.get("WALLE_CACHE_DIR") or Path.home() / ".cache" / "walle_ray") / "auto"
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name with its family and model numbers (Linux: /proc/cpuinfo, or the
+    text given), since a virtual machine's name can be as plain as "AMD EPYC" for CPUs of
+    different generations; else what the platform module says."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if not key.strip():
+                break  # the first CPU's block ends
+            fields.setdefault(key.strip(), value.strip())
+        if "model name" in fields:
+            numbers = ", ".join(f"{key} {fields[key]}" for key in ("cpu family", "model")
+                                if key in fields)
+            return f"{fields['model name']} ({numbers})" if numbers else fields["model name"]
     except OSError:
         pass
     return platform.processor() or "unknown"
