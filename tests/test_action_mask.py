@@ -290,7 +290,7 @@ def test_a_sampler_whose_mask_allows_nothing_fails_at_once_without_rebuilding():
 
 def test_checkpoints_from_before_masks_and_resumes_keep_their_mode(tmp_path):
     from walle_ray.runtime.checkpoint import CheckpointError, checked_config
-    from walle_ray.runtime.train import _check_resume
+    from walle_ray.runtime.start import check_resume
 
     old = {"config": {"env": {"id": "Taxi-v4", "entry_point": None}}}
     assert checked_config(old, tmp_path / "last.pt", trust_code=True)["env"]["action_mask"] == "none"
@@ -298,8 +298,8 @@ def test_checkpoints_from_before_masks_and_resumes_keep_their_mode(tmp_path):
     cfg.env.action_mask = "info"  # what auto decides for Taxi
     with pytest.raises(CheckpointError, match="trained with env.action_mask=none, not info; "
                                               "resume it with env.action_mask=none"):
-        _check_resume(cfg, old, "runs/old")
-    _check_resume(cfg, {"config": {"env": {"id": "Taxi-v4", "entry_point": None,
+        check_resume(cfg, old, "runs/old")
+    check_resume(cfg, {"config": {"env": {"id": "Taxi-v4", "entry_point": None,
                                            "action_mask": "info"}}}, "runs/new")
 
 

@@ -76,8 +76,9 @@ def case_overrides(algo: str, env: str | None, preset: str | None = None) -> lis
 
 
 def preflight(cfg):
-    """The checks ``runtime/train.py`` makes before it builds anything, in its order; returns
-    the algorithm, the env's spaces, and the ConfigError check_spaces raised (or None)."""
+    """The checks ``runtime/start.py``'s ``checked_start`` makes before it builds anything,
+    in its order; returns the algorithm, the env's spaces, and the ConfigError check_spaces
+    raised (or None)."""
     validate(cfg, own_checks=False)
     algo = algorithm_for(cfg.algo)
     obs_space, action_space = env_spaces(cfg.env)

@@ -158,16 +158,16 @@ def test_resuming_with_another_env_or_network_shape_is_refused(tmp_path):
 
 def test_resuming_with_another_algorithm_is_refused_before_any_role_starts():
     from walle_ray.runtime.checkpoint import CheckpointError
-    from walle_ray.runtime.train import _check_resume
+    from walle_ray.runtime.start import check_resume
 
     cfg = make_cfg("algo=impala", "env.action_mask=none")
     ppo = {"config": {"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1", "entry_point": None,
                                                        "action_mask": "none"}}}
     with pytest.raises(CheckpointError, match=r"^checkpoint in runs/x was trained with algo=ppo, "
                                               r"not impala; resume it with algo=ppo"):
-        _check_resume(cfg, ppo, "runs/x")
+        check_resume(cfg, ppo, "runs/x")
     ppo["config"]["algo"]["name"] = "impala"
-    _check_resume(cfg, ppo, "runs/x")
+    check_resume(cfg, ppo, "runs/x")
 
 
 def tree(folder):

@@ -175,3 +175,25 @@ def test_a_run_the_api_refuses_leaves_no_dated_directory(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="algo.lr"):
         walle_ray.train(algo={"lr": -1})
     assert not list((tmp_path / "runs").iterdir())
+
+
+def test_a_primary_config_of_the_users_own_picks_the_algo_whose_keys_are_checked(tmp_path):
+    from walle_ray.runtime.override_keys import check_overrides
+
+    (tmp_path / "mine.yaml").write_text(
+        "defaults:\n  - config\n  - override algo: impala\n  - _self_\n")
+    (tmp_path / "slash.yaml").write_text(
+        "defaults:\n  - config\n  - override /algo: impala\n  - _self_\n")
+    (tmp_path / "plain.yaml").write_text("defaults:\n  - config\n  - _self_\n")
+    (tmp_path / "unknown.yaml").write_text("run:\n  seed: 1\n")
+    dirs = [CONF_DIR, tmp_path]
+    for flags in (["--config-name", "mine"], ["--config-name=mine"], ["-cn", "mine.yaml"],
+                  ["--config-name", "slash"]):
+        check_overrides([*flags, "algo.rho_bar=0.9"], dirs)  # IMPALA's key, not PPO's
+        with pytest.raises(ConfigError, match="algo.gae_lambda: algo has no key"):
+            check_overrides([*flags, "algo.gae_lambda=0.9"], dirs)
+    with pytest.raises(ConfigError, match="algo.rho_bar: algo has no key"):
+        check_overrides(["--config-name", "plain", "algo.rho_bar=0.9"], dirs)  # ppo, the default
+    # a primary config that does not say which algorithm: algo keys are left to Hydra
+    check_overrides(["--config-name", "unknown", "algo.rho_bar=0.9"], dirs)
+    check_overrides(["--config-name", "unknown", "algo.gae_lambda=0.9"], dirs)

@@ -251,7 +251,7 @@ def test_an_asynchronous_learner_runs_the_threads_of_its_cpus(spec, cpus, learne
 def test_envs_that_crowd_the_cpus_get_a_note_at_start():
     """32a4m4l's 256 Pong envs on 2 CPUs each play a game in minutes: the run says its return
     reports late; the same topology on a cluster of 32 CPUs, or 2a1m1l on 2, says nothing."""
-    from walle_ray.runtime.train import crowded_envs
+    from walle_ray.runtime.start import crowded_envs
 
     note = crowded_envs(32, 8, 2)
     assert note.startswith("256 envs (32 samplers x 8) share 2 CPUs") and "report late" in note

@@ -234,7 +234,7 @@ def test_a_queue_and_elite_mix_serves_batches_of_the_right_composition():
 
 def test_a_snapshot_goes_through_the_checkpoint_file_and_refills_the_memory(tmp_path, capsys):
     from walle_ray.runtime.checkpoint import arrays_to_tensors
-    from walle_ray.runtime.train import restore_memories
+    from walle_ray.runtime.start import restore_memories
 
     cfg = mix_cfg(f"algo.replay=[{{type: queue, ratio: 0.5}}, {ELITE}]", "memory.checkpoint=true")
     cls, args, kwargs = IMPALA.memory(cfg, 0)

@@ -196,7 +196,7 @@ def searchpath_dirs(override: str) -> list[Path | str]:
 def check_named_run_dir(args: list[str]) -> None:
     """Refuse a ``hydra.run.dir=`` that holds a run, for a training run that does not resume
     it, before Hydra writes its ``.hydra/`` there; ``args`` are ``rewrite_args``' output. The
-    run checks again (``runtime/train.py``), for the Python API and for two runs that start
+    run checks again (``runtime/start.py``), for the Python API and for two runs that start
     in one directory at once."""
     if _NO_RUN_FLAGS & {a.split("=", 1)[0] for a in args}:
         return

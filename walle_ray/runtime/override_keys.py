@@ -127,7 +127,15 @@ def _algo_schema(args: list[str], conf_dirs: list[Path]) -> type | None:
     from walle_ray.algos import ALGORITHMS
 
     chosen = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("algo=")]
-    option = chosen[-1].strip() if chosen else "ppo"
+    primary = _primary_config(args)
+    if chosen:
+        option = chosen[-1].strip()
+    elif primary is None:
+        option = "ppo"  # config.yaml's default
+    else:  # a primary config of the user's own (--config-name) picks it, if anything does
+        option = _primary_algo(primary, conf_dirs)
+        if option is None:
+            return None
     if re.search(r"[,\[\]$]", option):
         return None
     for folder in conf_dirs:
@@ -142,6 +150,37 @@ def _algo_schema(args: list[str], conf_dirs: list[Path]) -> type | None:
                     algo = ALGORITHMS.get(entry.removeprefix("/schema/algo/").split("@")[0])
                     return algo.config_cls if algo is not None else None
             return None
+    return None
+
+
+def _primary_config(args: list[str]) -> str | None:
+    """The primary config ``--config-name``/``-cn`` names, or None for walle_ray's own."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-name", "-cn"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return None if value.removesuffix(".yaml") == "config" else value
+    return None
+
+
+def _primary_algo(name: str, conf_dirs: list[Path]) -> str | None:
+    """The algo option a primary config's defaults list picks (``- algo: impala``, or
+    ``- override /algo: impala``), ``ppo`` where it builds on walle_ray's ``config``, and
+    None where that cannot be told."""
+    for folder in conf_dirs:
+        path = Path(folder) / f"{name.removesuffix('.yaml')}.yaml"
+        if not path.is_file():
+            continue
+        try:
+            defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+        except (OSError, yaml.YAMLError, AttributeError):
+            return None
+        picked = [str(v) for entry in defaults if isinstance(entry, dict)
+                  for k, v in entry.items()
+                  if str(k).removeprefix("override ").strip().lstrip("/") == "algo"]
+        if picked:
+            return picked[-1]
+        return "ppo" if any(entry in ("config", "/config") for entry in defaults) else None
     return None
 
 

@@ -1,7 +1,7 @@
 """A run's plan, made and checked before any role starts: the processes its logical roles
 run in (``topology.plan_packing``), the CPUs each asks Ray for (``plan_resources``,
 ``fit_to_nodes``), and whether they fit the machine's CPUs (``topology.check_shares``) and
-memory (``memory_plan``). Nothing here starts a process; ``train.make_fleet`` asks Ray for
+memory (``memory_plan``). Nothing here starts a process; ``start.make_fleet`` asks Ray for
 what the plan needs and calls these."""
 
 from __future__ import annotations
