@@ -188,6 +188,63 @@ def test_a_fleet_without_samplers_learns_from_its_memories(monkeypatch):
         fleet.shutdown()
 
 
+def test_learner_processes_are_called_again_together():
+    """An asynchronous fleet calls a learner process again only once every learner process's
+    call has ended: one called alone would wait in its first all-reduce for the others, and
+    a checkpoint's state request queued behind it would wait for a call the driver has not
+    made (a deadlock until the group's timeout)."""
+    from types import SimpleNamespace
+
+    fleet = RayFleet.__new__(RayFleet)  # the step's bookkeeping alone, no Ray
+    fleet.sync, fleet.learners, fleet.idle_learners = False, [object(), object()], set()
+    fleet.packing = SimpleNamespace(learners=[[0, 1], [2, 3]])
+    called, ended = [], []
+    fleet._call_learner = lambda j, env_steps: called.append(j)
+    fleet._call_sampler = lambda p: None
+    fleet._finished = lambda timeout_s: [ended.pop(0)] if ended else []
+    ended.append(("learner", 0, {"updates": 8}, None))
+    assert len(fleet.step(0).learned) == 1 and called == []  # learner 1's call is still on
+    assert fleet.step(0).learned == [] and called == []
+    ended.append(("learner", 1, {"updates": 8}, None))
+    step = fleet.step(0)
+    assert step.learned[0]["learner"] == "2,3" and called == [0, 1]
+    ended.append(("sampler", 0, [{"env_steps": 20}], None))
+    assert len(fleet.step(0).reports) == 1 and called == [0, 1]
+
+
+def test_the_stall_watch_looks_once_every_role_is_built():
+    """A role still in its constructor cannot answer the stall watch: ``start`` waits until
+    every learner, memory and the parameter server answers before the watch may look."""
+    from types import SimpleNamespace
+
+    class Handle:
+        def __init__(self, name):
+            self.where = SimpleNamespace(remote=lambda: name)
+
+    fleet = RayFleet.__new__(RayFleet)
+    fleet.sync, fleet.running, fleet.algo = True, False, SimpleNamespace(reads_dataset=False)
+    fleet.learners, fleet.memories, fleet.ps = [Handle("l0"), Handle("l1")], [Handle("m0")], Handle("ps")
+    waited = []
+    fleet._get = lambda refs, role: waited.append((refs, fleet.running))
+    fleet.publish = lambda: waited.append(("publish", fleet.running))
+    fleet.start()
+    assert waited == [(["l0", "l1", "m0", "ps"], False), ("publish", True)]
+
+
+def test_a_fleet_whose_role_stalled_waits_on_it_no_more():
+    """Once a learner or memory was found stalled, the final checkpoint's request fails at
+    once (the run keeps its last checkpoint) instead of finding the same stall again."""
+    from types import SimpleNamespace
+
+    from walle_ray.runtime.fleet import RoleDied
+
+    fleet = RayFleet.__new__(RayFleet)
+    fleet.stalled = "learner-0"
+    fleet.learners = [SimpleNamespace(state_dict=SimpleNamespace(remote=lambda: "ref"))]
+    with pytest.raises(RoleDied, match="learner-0 stalled"):
+        fleet.learner_state()
+
+
 @pytest.mark.parametrize("algo", ["impala", "ppo"])
 def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo):
     """On 2 CPUs, 4a2m2l runs as 2 sampler processes of 2 samplers each, one memory process

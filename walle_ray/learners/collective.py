@@ -61,12 +61,17 @@ class TorchCollective(Collective):
 
     def _all_reduce(self, t: torch.Tensor, **kwargs) -> None:
         """``dist.all_reduce``, timed: the learner that arrives first waits here for the
-        others, which is what the bottleneck report calls waiting for the other learners.
-        NCCL returns once the reduction is queued, so on GPUs its wait shows where the
-        result is next read instead (the statistics' copies back to the CPU)."""
+        others, which is what the bottleneck report calls waiting for the other learners,
+        and the stall watch never counts against it. NCCL returns once the reduction is
+        queued, so on a GPU the learner's own queued work is finished first, outside the
+        wait, and the reduction inside it."""
+        if t.is_cuda:
+            torch.cuda.current_stream(t.device).synchronize()
         t0 = time.perf_counter()
         with PULSE.waiting("the other learners"):
             self.dist.all_reduce(t, **kwargs)
+            if t.is_cuda:
+                torch.cuda.current_stream(t.device).synchronize()
         self.wait_s += time.perf_counter() - t0
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:

@@ -61,6 +61,7 @@ class RayFleet:
         self.faults = new_faults()
         self.watch = None  # set once every role is up; it looks once the run has started
         self.running = False
+        self.stalled: str | None = None  # a role found stalled (not a sampler): no more asks
         self.learners = make_learners(cfg, algo, self.packing, obs_space, action_space, plan,
                                       timeout_s)
         self.ps = (remote.RemoteParameterServer.options(
@@ -156,7 +157,11 @@ class RayFleet:
 
     def _get(self, refs, role: str):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its
-        death becomes a RoleError that names it. Stalled roles are looked for meanwhile."""
+        death becomes a RoleError that names it. Stalled roles are looked for meanwhile; once
+        one was found (a RoleDied), no call waits on this fleet again, so the final
+        checkpoint after it fails at once rather than finding the same stall again."""
+        if self.stalled is not None:
+            raise RoleDied(f"{self.stalled} stalled")
         waiting = list(refs) if isinstance(refs, list) else [refs]
         deadline = time.monotonic() + self.timeout_s
         try:
@@ -226,6 +231,7 @@ class RayFleet:
             self.watch.forget(stall.name)
             self.faults["stalls"] += 1
             if stall.name not in self.sampler_names:
+                self.stalled = stall.role
                 raise RoleDied(f"{stall.role} stalled")
             self.ray.kill(handle, no_restart=False)
 
@@ -287,12 +293,19 @@ class RayFleet:
 
     def start(self, env_steps: int = 0) -> None:
         """Publish the first weights and, for an asynchronous algorithm, set every role to
-        work; ``env_steps``: the run's so far (a resumed run's)."""
+        work; ``env_steps``: the run's so far (a resumed run's).
+
+        The stall watch looks once every learner, memory and the parameter server is built:
+        a process still in its constructor (a memory reading a large dataset) cannot answer
+        it, and its building is bounded by ``run.role_timeout_s`` instead."""
+        others = [*self.learners, *self.memories, *([self.ps] if self.ps is not None else [])]
+        self._get([handle.where.remote() for handle in others], "roles (starting)")
         self.running = True
         self.publish()
         self.updates_left = (offline_updates_left(self.cfg, env_steps)
                              if self.algo.reads_dataset else 0)
         self.updates_asked = [0] * len(self.learners)
+        self.idle_learners: set[int] = set()  # learner processes whose call has ended
         if not self.sync:
             for i in range(len(self.samplers)):
                 self._call_sampler(i)
@@ -312,7 +325,15 @@ class RayFleet:
             else:
                 result["learner"] = ",".join(map(str, self.packing.learners[index]))  # its shards
                 out.learned.append(result)
-                self._call_learner(index, env_steps)
+                self.idle_learners.add(index)
+        # Learner processes are called again together, once every one's call has ended: each
+        # update starts with an all-reduce, so one called alone would wait there for the
+        # others, and a call the driver queues behind it (the state for a checkpoint or an
+        # evaluation) would wait for a peer the driver has not called yet.
+        if len(self.idle_learners) == len(self.learners):
+            for j in sorted(self.idle_learners):
+                self._call_learner(j, env_steps)
+            self.idle_learners.clear()
         return out
 
     def _iteration(self, env_steps: int, learn_if: LearnIf | None) -> Step:
