@@ -237,6 +237,19 @@ def test_burned_in_steps_of_replayed_rows_teach_nothing(burn_in, teaches):
     assert same != teaches
 
 
+def test_the_mean_importance_weight_is_over_the_steps_learned_from():
+    """A batch played by the learner's own weights has every importance weight 1; burned-in
+    steps are not learned from, so they do not pull ``rho_mean`` below it."""
+    learner = impala_learner(3)
+    s = sampler(steps=8, envs=4, length=10)
+    s.set_weights(learner.model.get_weights(), 0)
+    s.collect()
+    rollout, _ = s.collect()
+    rollout.replayed_b[:2] = True
+    metrics = learner.update([rollout], 0)
+    assert metrics["burn_in_frac"] > 0 and metrics["rho_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
 def test_burned_in_steps_leave_the_entropy_and_clear_means():
     """R2D2 drops burn-in steps from the loss: the entropy bonus and CLEAR's cloning average
     over the steps that are learned from, so neither is diluted by the burned-in ones."""

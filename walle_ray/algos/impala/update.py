@@ -108,7 +108,9 @@ class IMPALAUpdate(UpdateRule):
         if burn_t is not None:
             out["burn_in_frac"] = 1.0 - float(burn_t.mean())
         out.update(loss=float(loss.detach()), grad_norm=float(grad_norm), lr=lr,
-                   rho_mean=float(vt.rho_t.mean()), kl=float(kl_t.detach().mean()),
+                   rho_mean=float(vt.rho_t.mean() if mask_t is None  # over the steps learned from
+                                   else vt.rho_t.sum() / mask_t.sum().clamp(min=1.0)),
+                   kl=float(kl_t.detach().mean()),
                    replayed_frac=float(replayed_t.mean()),
                    laser_kept=1.0 if laser_t is None else float(laser_t.mean()))
         return out
