@@ -173,6 +173,20 @@ def test_masked_heads_stay_finite_and_put_no_mass_on_forbidden_actions():
     assert torch.isfinite(head.kl(params, multi.apply(torch.randn(2, 6), obs))).all()
 
 
+def test_a_uniform_draw_of_zero_still_samples_an_allowed_action(monkeypatch):
+    """``rand_like`` can return exactly 0 (about once in 2**24 draws); the Gumbel noise of
+    the one allowed action must not become -inf there, or a masked action wins."""
+    monkeypatch.setattr(torch, "rand_like", lambda t: torch.zeros_like(t))
+    mask = ActionMask((0, 5), gym.spaces.Discrete(5))
+    params = mask.apply(torch.zeros(1, 5), torch.tensor([[0.0, 0, 1, 0, 0]]))
+    action, logp = CategoricalHead(5).act(params)
+    assert action.tolist() == [2] and torch.isfinite(logp).all()
+    multi = ActionMask((0, 6), gym.spaces.MultiDiscrete([2, 4]))
+    params = multi.apply(torch.zeros(1, 6), torch.tensor([[0.0, 1, 0, 0, 0, 1]]))
+    action, logp = MultiCategoricalHead([2, 4]).act(params)
+    assert action.tolist() == [[1, 3]] and torch.isfinite(logp).all()
+
+
 LOSS_CASES = {
     "ppo": ["algo=ppo", "algo.batch_size=100", "algo.minibatch_size=50", "algo.epochs=2"],
     "ppo_kl": ["algo=ppo_kl", "algo.batch_size=100", "algo.minibatch_size=50"],

@@ -52,6 +52,14 @@ class ActionHead(ABC):
         return (logp_pi - log_min).mean(0) + log_z
 
 
+def gumbel_max(logp: torch.Tensor) -> torch.Tensor:
+    """A sample of the softmax over the last axis: argmax(logits + Gumbel noise). The uniform
+    draw is kept above 0, which ``rand_like`` can return: there the noise would be -inf and a
+    state allowing one action could pick a masked one (``models/masking.py``)."""
+    u = torch.rand_like(logp).clamp_(min=torch.finfo(logp.dtype).tiny)
+    return (logp - torch.log(-torch.log(u))).argmax(-1)
+
+
 class CategoricalHead(ActionHead):
     """Discrete actions; params are logits."""
 
@@ -76,8 +84,8 @@ class CategoricalHead(ActionHead):
         logp = torch.log_softmax(params, -1)
         if deterministic:
             action = logp.argmax(-1)
-        else:  # Gumbel-max: argmax(logits + Gumbel noise) is a sample of the softmax
-            action = (logp - torch.log(-torch.log(torch.rand_like(logp)))).argmax(-1)
+        else:
+            action = gumbel_max(logp)
         return action, logp.gather(-1, action[..., None])[..., 0]
 
 
@@ -139,8 +147,8 @@ class MultiCategoricalHead(ActionHead):
         logp = torch.log_softmax(self._logits(params), -1)
         if deterministic:
             action = logp.argmax(-1)
-        else:  # Gumbel-max per component, as CategoricalHead
-            action = (logp - torch.log(-torch.log(torch.rand_like(logp)))).argmax(-1)
+        else:  # per component
+            action = gumbel_max(logp)
         return action, logp.gather(-1, action[..., None])[..., 0].sum(-1)
 
     def kl(self, p_params, q_params):
