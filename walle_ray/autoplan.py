@@ -106,10 +106,15 @@ class Costs:
             costs = cls(**data)
         except (TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a set of costs: {exc}") from None
-        numbers = [costs.env_s, costs.act_s, costs.memory_s, costs.move_s,
+        numbers = [costs.env_s, costs.act_s, costs.memory_s, costs.move_s, costs.gpus_per_learner,
                    costs.steps_per_update, *costs.update_s.values(), *costs.update_cpu_s.values()]
+        whole = [costs.envs_per_sampler, costs.total_envs]
+        if (not all(isinstance(n, int) and not isinstance(n, bool) for n in whole)
+                or not isinstance(costs.free_running, bool)):
+            raise ValueError("not a set of costs: a value of the wrong type")
         if (costs.loop not in ("sync", "async") or not costs.update_s
-                or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in numbers)
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                           and math.isfinite(x) and x >= 0 for x in numbers)
                 or min(costs.update_s.values()) <= 0 or costs.sampler_s(1) <= 0
                 or costs.envs_per_sampler < 1 or min(costs.learner_counts, default=0) < 1
                 or (costs.steps_per_update <= 0 and not costs.free_running)
