@@ -138,18 +138,23 @@ def _algo_schema(args: list[str], conf_dirs: list[Path]) -> type | None:
             return None
     if re.search(r"[,\[\]$]", option):
         return None
+    for entry in _defaults(f"algo/{option}.yaml", conf_dirs) or []:
+        if isinstance(entry, str) and entry.startswith("/schema/algo/"):
+            algo = ALGORITHMS.get(entry.removeprefix("/schema/algo/").split("@")[0])
+            return algo.config_cls if algo is not None else None
+    return None
+
+
+def _defaults(name: str, conf_dirs: list[Path]) -> list | None:
+    """The defaults list of config file ``name`` in the first of ``conf_dirs`` that holds
+    it; None where none does or it cannot be read."""
     for folder in conf_dirs:
-        path = Path(folder) / "algo" / f"{option}.yaml"
+        path = Path(folder) / name
         if path.is_file():
             try:
-                defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
-            except (OSError, yaml.YAMLError, AttributeError):
+                return list((yaml.safe_load(path.read_text()) or {}).get("defaults") or [])
+            except (OSError, yaml.YAMLError, AttributeError, TypeError):
                 return None
-            for entry in defaults:
-                if isinstance(entry, str) and entry.startswith("/schema/algo/"):
-                    algo = ALGORITHMS.get(entry.removeprefix("/schema/algo/").split("@")[0])
-                    return algo.config_cls if algo is not None else None
-            return None
     return None
 
 
@@ -167,21 +172,14 @@ def _primary_algo(name: str, conf_dirs: list[Path]) -> str | None:
     """The algo option a primary config's defaults list picks (``- algo: impala``, or
     ``- override /algo: impala``), ``ppo`` where it builds on walle_ray's ``config``, and
     None where that cannot be told."""
-    for folder in conf_dirs:
-        path = Path(folder) / f"{name.removesuffix('.yaml')}.yaml"
-        if not path.is_file():
-            continue
-        try:
-            defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
-        except (OSError, yaml.YAMLError, AttributeError):
-            return None
-        picked = [str(v) for entry in defaults if isinstance(entry, dict)
-                  for k, v in entry.items()
-                  if str(k).removeprefix("override ").strip().lstrip("/") == "algo"]
-        if picked:
-            return picked[-1]
-        return "ppo" if any(entry in ("config", "/config") for entry in defaults) else None
-    return None
+    defaults = _defaults(f"{name.removesuffix('.yaml')}.yaml", conf_dirs)
+    if defaults is None:
+        return None
+    picked = [str(v) for entry in defaults if isinstance(entry, dict) for k, v in entry.items()
+              if str(k).removeprefix("override ").strip().lstrip("/") == "algo"]
+    if picked:
+        return picked[-1]
+    return "ppo" if any(entry in ("config", "/config") for entry in defaults) else None
 
 
 def _unwrap(kind):
