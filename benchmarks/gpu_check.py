@@ -2,12 +2,15 @@
 
     python benchmarks/gpu_check.py [--seconds 90] [--name gpu_check]
 
-Each case is a short ``python -m walle_ray`` run (IMPALA on Pong, Ape-X on Pong, PPO on
-CartPole and on HalfCheetah with its preset) with its learners on the GPU; two learners share the GPU; the first run's
+Each case is a short
+``python -m walle_ray`` run (IMPALA on Pong, with an LSTM core too, Ape-X on Pong, PPO on
+CartPole and on HalfCheetah with its preset, IMPALA and DQN on Taxi with its action mask)
+with its learners on the GPU; two learners share the GPU; the first run's
 checkpoint is resumed on the GPU and on the CPU. While it runs, ``nvidia-smi`` is asked every two
 seconds which processes hold GPU memory. A case passes when the run ends by its wall-clock
 budget (or its return target) with learner updates made, its learner processes and no
-other process on the GPU, and a final checkpoint written. Writes benchmarks/results/<--name>.json.
+other process on the GPU, and a final checkpoint written. Last, the learners' NCCL
+reductions in a group of one. Writes benchmarks/results/<--name>.json.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ CASES = {
     # with gloo through the CPU.
     "impala_pong_2learners_1gpu": ["algo=impala", "env=pong", "topology=8a2m2l",
                                    "learner.num_gpus=0.5"],
+    # A recurrent core on the GPU: its state, burn-in and replayed sequences on CUDA tensors.
+    "impala_pong_lstm_1gpu": ["algo=impala", "env=pong", "topology=8a2m1l", "model.core=lstm",
+                              "learner.num_gpus=1"],
+    # Action masks on the GPU: IMPALA's masked policy, DQN's masked greedy targets.
+    "impala_taxi_mask_1gpu": ["algo=impala", "env=taxi", "topology=4a1m1l", "learner.num_gpus=1"],
+    "dqn_taxi_mask_1gpu": ["algo=dqn", "env=taxi", "topology=4a1m1l", "learner.num_gpus=1"],
     # The first run's checkpoint, resumed with its learner on the GPU, then on the CPU.
     "impala_pong_resumed_on_gpu": ["run.resume=runs/gpu_impala_pong_1gpu"],
     "impala_pong_resumed_on_cpu": ["run.resume=runs/gpu_impala_pong_1gpu", "learner.num_gpus=0"],
@@ -123,6 +132,42 @@ def run_case(name: str, overrides: list[str], seconds: float, resumed_at: int | 
     return result
 
 
+def nccl_check() -> dict:
+    """The learners' NCCL reductions in one process, a group of one on the one GPU (NCCL
+    refuses two ranks on one device): sums, minimums, averaged gradients and a broadcast on
+    CUDA tensors come back as they went, and the time in them is counted."""
+    import socket
+
+    import torch
+
+    from walle_ray.learners.collective import TorchCollective
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    group = TorchCollective("127.0.0.1", port, rank=0, world_size=1, backend="nccl", timeout_s=60)
+    try:
+        x = torch.arange(6.0, device="cuda")
+        net = torch.nn.Linear(4, 3).cuda()
+        net(torch.ones(5, 4, device="cuda")).sum().backward()
+        grads = [p.grad.clone() for p in net.parameters()]
+        group.all_reduce_grads(net.parameters())
+        weights = [p.detach().clone() for p in net.parameters()]
+        group.broadcast_([p.data for p in net.parameters()])
+        checks = {
+            "sum": torch.equal(group.all_reduce_sum(x), x),
+            "min": torch.equal(group.all_reduce_min(x), x),
+            "mean": torch.equal(group.all_reduce_mean(x), x),
+            "grads": all(torch.equal(g, p.grad) for g, p in zip(grads, net.parameters())),
+            "broadcast": all(torch.equal(w, p) for w, p in zip(weights, net.parameters())),
+            "device_kept": group.all_reduce_sum(x).is_cuda,
+            "wait_counted": group.take_wait_s() > 0,
+        }
+    finally:
+        group.close()
+    return {"checks": checks, "passed": all(checks.values())}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=90.0, help="each run's run.max_wall_s")
@@ -131,7 +176,7 @@ def main() -> None:
     args = p.parse_args()
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    cases = {}
+    cases, nccl = {}, {"passed": True, "checks": "not yet run"}
     for name in args.cases:
         source = RESUMES.get(name)
         resumed_at = cases[source]["env_steps"] if source in cases else None
@@ -139,8 +184,13 @@ def main() -> None:
             raise SystemExit(f"{name} resumes {source}: run that case first (--cases {source} {name})")
         cases[name] = run_case(name, CASES[name], args.seconds, resumed_at)
         print(name, "passed" if cases[name]["passed"] else "FAILED", flush=True)
-    write_result(args.name, {"gpu": gpu, "cases": cases,
-                             "passed": all(c["passed"] for c in cases.values())})
+        write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases,
+                                 "passed": nccl["passed"] and all(c["passed"] for c in cases.values())})
+    # Last: this process holds GPU memory from here, which the cases' watch would count.
+    nccl = nccl_check()
+    print("nccl", nccl, flush=True)
+    write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases,
+                             "passed": nccl["passed"] and all(c["passed"] for c in cases.values())})
 
 
 if __name__ == "__main__":
