@@ -142,6 +142,51 @@ def test_a_run_with_too_little_measured_says_so():
     assert costs_from_report({"totals": {"samplers": {}, "learners": {}}}, {}) is None
 
 
+def watching(monkeypatch, cpus: list[float], nodes: list[list[float]]):
+    """A ``ClusterWatch`` over a sampler-bound job planned for nodes of ``cpus``, looking at
+    every call; each look reads the next of ``nodes``."""
+    from walle_ray.runtime import auto as auto_module
+
+    costs = async_costs(envs_per_sampler=4, env_s=2e-3, update_s={1: 0.002},
+                        steps_per_update=40, learner_counts=(1,))
+    run = auto_module.Auto(costs, choose(costs, cpus), cpus, cached=True, calibrate_s=0.0)
+    looks = iter(nodes)
+    monkeypatch.setattr(auto_module, "node_cpus", lambda: list(next(looks)))
+    return run, auto_module.ClusterWatch(run, stopping=lambda: False, every_s=0.0)
+
+
+def test_a_node_that_joins_gets_roles_once_it_stays_and_only_for_enough_gain(monkeypatch, capsys):
+    from walle_ray.runtime.auto import REPLAN_GAIN, Replan
+
+    # Eight CPUs more: a plan far faster, taken at the second look that sees them.
+    run, watch = watching(monkeypatch, [8.0], [[8.0, 8.0], [8.0, 8.0]])
+    assert watch({}) == {}
+    with pytest.raises(Replan, match="would now run"):
+        watch({})
+    # A node that joins and leaves before the next look rebuilds nothing.
+    run, watch = watching(monkeypatch, [8.0], [[8.0, 8.0], [8.0], [8.0]])
+    assert watch({}) == {} and watch({}) == {} and watch({}) == {}
+    assert run.cpus == [8.0]
+    # One CPU more: another plan, predicted faster by less than a rebuild must gain.
+    run, watch = watching(monkeypatch, [8.0], [[8.0, 1.0]] * 3)
+    small = choose(run.costs, [8.0, 1.0], keep=run.plan)
+    assert small.spec != run.plan.spec
+    assert small.rate < predict(run.costs, run.plan, [8.0, 1.0]).rate * (1 + REPLAN_GAIN)
+    kept = run.plan
+    assert watch({}) == {} and watch({}) == {}
+    assert run.plan == kept and run.cpus == [1.0, 8.0]
+    assert capsys.readouterr().out.count(f"topology=auto keeps {kept.spec}") == 1
+    assert watch({}) == {}  # said once; the cluster is as last seen
+
+
+def test_a_node_lost_is_planned_for_at_the_first_look(monkeypatch):
+    from walle_ray.runtime.auto import Replan
+
+    run, watch = watching(monkeypatch, [8.0, 8.0], [[8.0]])
+    with pytest.raises(Replan, match="from 16 to 8"):
+        watch({})
+
+
 def calibrated(out: str) -> str:
     return next(line for line in out.splitlines() if line.startswith("walle_ray: auto: "))
 

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from walle_ray.autoplan import Costs, Plan, choose
+from walle_ray.autoplan import Costs, Plan, choose, predict
 from walle_ray.config import ConfigError
 from walle_ray.runtime.fleet import RoleDied
 
 AUTO = "auto"
+# A grown cluster is re-planned for only when the new plan is predicted this much faster than
+# the plan running on it: a re-plan rebuilds every role (docs/topology_auto.md).
+REPLAN_GAIN = 0.10
 
 
 def is_auto(cfg: DictConfig) -> bool:
@@ -148,25 +151,40 @@ def replan(cfg: DictConfig, auto: Auto) -> bool:
 class ClusterWatch:
     """A driver hook (``runtime/loop.py``): every ``every_s`` it reads the cluster's nodes,
     and where their CPUs changed so that the plan would, raises ``Replan``. A lost node that
-    ran roles is found sooner, by the roles' failure, and the rebuild re-plans too."""
+    ran roles is found sooner, by the roles' failure, and the rebuild re-plans too.
+
+    Fewer CPUs re-plan at once (the plan may no longer fit). More CPUs re-plan once the same
+    nodes were seen at two looks in a row (a node that joins and leaves again rebuilds
+    nothing), and only for a plan ``REPLAN_GAIN`` faster than the running one there."""
 
     def __init__(self, auto: Auto, stopping, every_s: float = 10.0):
         """``stopping()``: whether the run is stopping (its budget spent, a signal): then
         the cluster is left as it is."""
         self.auto, self.stopping, self.every_s = auto, stopping, every_s
         self.next_at = time.perf_counter() + every_s
+        self.seen: list[float] | None = None  # the nodes' CPUs at the last look
 
     def __call__(self, record: dict) -> dict:
         now = time.perf_counter()
         if now < self.next_at or self.stopping():
             return {}
         self.next_at = now + self.every_s
-        cpus = node_cpus()
-        if sorted(cpus) != sorted(self.auto.cpus):
-            plan = plan_for(self.auto, cpus)
-            if (plan.spec, plan.threads) == (self.auto.plan.spec, self.auto.plan.threads):
-                self.auto.cpus = cpus
-            else:
+        cpus = sorted(node_cpus())
+        seen, self.seen = self.seen, cpus
+        if cpus == sorted(self.auto.cpus):
+            return {}
+        grown = sum(cpus) > sum(self.auto.cpus)
+        if grown and cpus != seen:  # look again before rebuilding for it
+            return {}
+        plan = plan_for(self.auto, cpus)
+        if (plan.spec, plan.threads) != (self.auto.plan.spec, self.auto.plan.threads):
+            running = predict(self.auto.costs, self.auto.plan, cpus).rate
+            if not grown or plan.rate >= running * (1.0 + REPLAN_GAIN):
                 raise Replan(f"the cluster's CPUs went from {sum(self.auto.cpus):g} to "
                              f"{sum(cpus):g}; topology=auto would now run {plan.spec}")
+            print(f"walle_ray: the cluster now has {sum(cpus):g} CPUs in {len(cpus)} node(s); "
+                  f"topology=auto keeps {self.auto.plan.spec}: {plan.spec} is predicted "
+                  f"{plan.rate / max(running, 1e-9) - 1.0:+.0%}, less than the "
+                  f"{REPLAN_GAIN:.0%} a rebuild of every role must gain", flush=True)
+        self.auto.cpus = cpus
         return {}
