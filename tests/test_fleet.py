@@ -315,3 +315,24 @@ def test_envs_that_crowd_the_cpus_get_a_note_at_start():
     assert note.endswith("8 samplers or fewer report sooner")
     assert crowded_envs(32, 8, 32) is None and crowded_envs(2, 8, 2) is None
     assert crowded_envs(0, 8, 2) is None  # no samplers (offline learning)
+
+
+def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkeypatch):
+    """topology=auto plans a learner's threads for the biggest node: learners ask for the
+    nodes with the most CPUs, in order; not where they run one thread, hold GPUs, or the
+    user placed them with topology.resources."""
+    from walle_ray.runtime import ray_init
+    from walle_ray.runtime.role_setup import learner_nodes
+
+    nodes = {"small": {"Resources": {"CPU": 1.0}}, "big": {"Resources": {"CPU": 16.0}},
+             "head": {"Resources": {}}, "mid": {"Resources": {"CPU": 4.0}}}
+    monkeypatch.setattr(ray_init, "live_nodes", lambda: nodes)
+    cfg = make_cfg("algo=impala", "env=cartpole")
+    assert learner_nodes(cfg, threads=6, count=2, gpus=0) == ["big", "mid"]
+    assert learner_nodes(cfg, threads=6, count=4, gpus=0) == ["big", "mid", "small", "big"]
+    assert learner_nodes(cfg, threads=1, count=2, gpus=0) == [None, None]
+    assert learner_nodes(cfg, threads=6, count=1, gpus=1) == [None]
+    cfg.topology.resources = {"learner": {"walle_learner": 1}}
+    assert learner_nodes(cfg, threads=6, count=1, gpus=0) == [None]
+    monkeypatch.setattr(ray_init, "live_nodes", lambda: {"one": {"Resources": {"CPU": 2.0}}})
+    assert learner_nodes(make_cfg("algo=impala", "env=cartpole"), 6, 1, 0) == [None]

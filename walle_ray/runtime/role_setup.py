@@ -47,13 +47,15 @@ def make_learners(cfg: DictConfig, algo: Algorithm, packing: Packing, obs_space:
               and not cfg.algo.get("compile", False) and len(packing.learners) == 1)
     device = "cuda" if plan.learner_gpus > 0 else "cpu"
     runtime_env = role_runtime_env(cfg.run.ray_preload)
+    nodes = learner_nodes(cfg, threads, len(packing.learners), plan.learner_gpus)
     learners = [
         remote.RemoteLearner.options(name=role_name("learner", group), num_cpus=plan.learner_cpus,
                                      num_gpus=plan.learner_gpus, runtime_env=runtime_env,
-                                     resources=role_resources(cfg, "learner")).remote(
+                                     resources=role_resources(cfg, "learner"),
+                                     scheduling_strategy=node_preference(node)).remote(
             algo.learner(cfg, len(group)), obs_space, action_space, device=device, threads=threads,
             choose_threads=choose)
-        for group in packing.learners]
+        for group, node in zip(packing.learners, nodes)]
     if len(learners) > 1:
         try:
             backend = None
@@ -85,6 +87,34 @@ def learner_threads(cfg: DictConfig, algo: Algorithm, packing: Packing, plan: Re
         cpus += samplers * plan.sampler_cpus / len(packing.learners)
         return max(1, round(cpus))
     return max(1, int(cpus))
+
+
+def learner_nodes(cfg: DictConfig, threads: int, count: int, gpus: float) -> list[str | None]:
+    """The node each learner process prefers (None: where Ray places it). A learner that runs
+    several threads goes to the node with the most CPUs, the next learner to the next node:
+    placed anywhere, it could land on a small node and run its threads on fewer CPUs, which
+    is what ``topology=auto`` plans them for (``autoplan.candidates``). Not where
+    ``topology.resources`` places learners, nor for GPU learners, which go where the GPUs are."""
+    from walle_ray.runtime.ray_init import live_nodes
+
+    if threads <= 1 or gpus > 0 or role_resources(cfg, "learner"):
+        return [None] * count
+    by_cpus = sorted(((float(node["Resources"].get("CPU", 0.0)), node_id)
+                      for node_id, node in live_nodes().items()), reverse=True)
+    nodes = [node_id for cpus, node_id in by_cpus if cpus > 0]
+    if len(nodes) < 2:
+        return [None] * count
+    return [nodes[g % len(nodes)] for g in range(count)]
+
+
+def node_preference(node: str | None):
+    """A soft node affinity: Ray places the process there when the node has room, elsewhere
+    when it has not or is gone (a restart after a lost node)."""
+    if node is None:
+        return "DEFAULT"
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
 
 
 def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:
