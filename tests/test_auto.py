@@ -5,6 +5,7 @@ command says auto would choose for any run, and re-planning when a cluster's CPU
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import subprocess
 import sys
@@ -76,10 +77,37 @@ def test_a_replan_keeps_memories_and_learners():
     assert kept.samplers > first.samplers
 
 
+def test_samplers_that_deal_an_iterations_work_may_be_as_many_as_it_has_pieces():
+    """ES deals algo.pairs among its samplers whatever their envs: auto holds the envs per
+    sampler and the pairs, and may run any sampler count that divides the pairs; PPO holds
+    its total envs (its batch is the fragment length over them)."""
+    es = sync_costs(envs_per_sampler=4, total_envs=8, split_work=32, learner_counts=(1,),
+                    env_s=2e-3, act_s=1e-4, update_s={1: 0.01})
+    plan = choose(es, [32.0])
+    assert plan.samplers > 8 and 32 % plan.samplers == 0 and plan.envs_per_sampler == 4
+    ppo = choose(replace(es, split_work=0), [32.0])
+    assert ppo.samplers * ppo.envs_per_sampler == 8
+    assert "envs per sampler held" in plan.line(es)
+
+
+def test_a_resumed_synchronous_run_keeps_its_checkpoints_total_envs():
+    from walle_ray.runtime.auto import resuming
+
+    costs, keep = resuming(sync_costs(envs_per_sampler=4, total_envs=8), "4a1m1l")
+    assert costs.total_envs == 16 and (keep.samplers, keep.memories, keep.learners) == (4, 1, 1)
+    plan = choose(costs, [8.0], keep=keep)
+    assert plan.samplers * plan.envs_per_sampler == 16
+    es = sync_costs(envs_per_sampler=4, total_envs=8, split_work=32)
+    assert resuming(es, "4a1m1l")[0] == es  # its envs per sampler are what it holds
+    assert resuming(async_costs(), "4a2m1l")[0] == async_costs()
+
+
 def test_costs_round_trip_through_json():
     costs = async_costs(update_cpu_s={1: 0.2, 2: 0.3})
     again = Costs.from_json(json.loads(json.dumps(costs.to_json())))
     assert again == costs
+    es = sync_costs(split_work=32)
+    assert Costs.from_json(json.loads(json.dumps(es.to_json()))) == es
     plan = predict(costs, Plan(2, 1, 1, 1, 8), [2.0])
     assert plan.spec == "2a1m1l" and plan.rate > 0
 
@@ -87,7 +115,8 @@ def test_costs_round_trip_through_json():
 @pytest.mark.parametrize("costs", [async_costs(), async_costs(env_s=1e-4, update_s={1: 1.0, 2: 0.55}),
                                    async_costs(env_s=5e-3, update_s={1: 0.01}),
                                    async_costs(free_running=True, steps_per_update=0.0),
-                                   sync_costs(), sync_costs(act_s=0.0, env_s=1e-3)])
+                                   sync_costs(), sync_costs(act_s=0.0, env_s=1e-3),
+                                   sync_costs(split_work=24, learner_counts=(1,))])
 def test_every_plan_chosen_is_one_the_resource_plan_accepts(costs):
     """What auto chooses starts: its CPU shares fit (``plan_resources``), no working process
     gets less than a waiting one (``check_shares``), and the plan says what it was made of."""

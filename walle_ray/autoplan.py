@@ -57,6 +57,9 @@ class Costs:
     memory_s: float = 0.0  # seconds of a memory process per agent step
     move_s: float = 0.0  # CPU seconds per agent step to move a fragment between processes once
     total_envs: int = 0  # sync: the envs held (the fragment length is the batch over them)
+    # sync: pieces of an iteration's work dealt among the samplers whatever their envs (ES's
+    # pairs; ``Algorithm.split_work``): the envs per sampler are held instead, not the total
+    split_work: int = 0
     learner_counts: tuple = (1,)  # learner counts the algorithm's rule accepts for this batch
     gpus_per_learner: float = 0.0  # learner.num_gpus: update_s is a GPU's then
     # The learners update as fast as they can, whatever the samplers bring (a replay memory
@@ -108,7 +111,7 @@ class Costs:
             raise ValueError(f"not a set of costs: {exc}") from None
         numbers = [costs.env_s, costs.act_s, costs.memory_s, costs.move_s, costs.gpus_per_learner,
                    costs.steps_per_update, *costs.update_s.values(), *costs.update_cpu_s.values()]
-        whole = [costs.envs_per_sampler, costs.total_envs]
+        whole = [costs.envs_per_sampler, costs.total_envs, costs.split_work]
         if (not all(isinstance(n, int) and not isinstance(n, bool) for n in whole)
                 or not isinstance(costs.free_running, bool)):
             raise ValueError("not a set of costs: a value of the wrong type")
@@ -118,7 +121,7 @@ class Costs:
                 or min(costs.update_s.values()) <= 0 or costs.sampler_s(1) <= 0
                 or costs.envs_per_sampler < 1 or min(costs.learner_counts, default=0) < 1
                 or (costs.steps_per_update <= 0 and not costs.free_running)
-                or (costs.loop == "sync" and costs.total_envs < 1)):
+                or costs.split_work < 0 or (costs.loop == "sync" and costs.total_envs < 1)):
             raise ValueError("not a set of costs: a value is missing or out of range")
         return costs
 
@@ -149,7 +152,7 @@ class Plan:
         steps/s, learner-bound'."""
         learners = "learner" if self.learners == 1 else f"{self.learners} learners"
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
-        held = ("envs per sampler held" if costs.loop == "async"
+        held = ("envs per sampler held" if costs.loop == "async" or costs.split_work
                 else f"{costs.total_envs} envs in all held")
         return (f"auto: {self.spec}, {self.envs_per_sampler} envs per sampler ({held}), "
                 f"{learners} {threads}{' each' if self.learners > 1 else ''}; predicted "
@@ -243,7 +246,13 @@ def _memory_counts(costs: Costs, learners: int, total: float) -> list[int]:
 
 def _sampler_splits(costs: Costs, total: float) -> list[tuple[int, int]]:
     """(samplers, envs per sampler): async, any count up to two per CPU with the env's
-    envs per sampler; sync, the held total envs divided evenly."""
+    envs per sampler; sync, the held total envs divided evenly, or, where the samplers deal
+    an iteration's pieces of work among them (``split_work``), any count up to two per CPU
+    that divides them, with the env's envs per sampler."""
+    if costs.split_work:
+        n = costs.split_work
+        return [(a, costs.envs_per_sampler) for a in range(1, n + 1)
+                if n % a == 0 and a <= max(1, 2 * total)]
     if costs.loop == "sync":
         n = max(1, costs.total_envs)
         return [(a, n // a) for a in range(1, n + 1) if n % a == 0 and a <= max(1, 2 * total)]

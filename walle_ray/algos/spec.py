@@ -57,6 +57,10 @@ class Algorithm:
     ``eval_policy(obs_space, action_space, cfg, seed, deterministic)`` is what evaluation acts
     with (``set_weights``, ``act``), ``cfg`` holding the trained run's env, model and algo
     sections as dataclasses.
+    ``split_work(cfg)``: a synchronous algorithm whose iteration is a number of like pieces of
+    work dealt among its samplers whatever their envs (ES's antithetic pairs) gives that
+    number, and ``topology=auto`` may run any sampler count that divides it; None: a
+    synchronous run holds its total envs (the batch over them is the fragment length).
     """
 
     name: str
@@ -78,6 +82,7 @@ class Algorithm:
     # (``Topology.routes``): IMPALA's, whose memories serve rows to their learners
     deals_rows: bool = False
     estimate_memory: Optional[Callable[..., list]] = None
+    split_work: Optional[Callable[[DictConfig], int]] = None
 
     def __post_init__(self) -> None:
         if self.make_model is None:

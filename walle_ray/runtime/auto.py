@@ -5,7 +5,7 @@ cluster's CPUs change (a node lost, a node joined)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from omegaconf import DictConfig
 
@@ -25,8 +25,13 @@ def is_auto(cfg: DictConfig) -> bool:
 
 def held(costs: Costs) -> str:
     """What auto leaves as the config says, in words."""
-    envs = ("env.envs_per_sampler (each fragment's rows)" if costs.loop == "async" else
-            f"{costs.total_envs} envs in all (the batch over them is the fragment length)")
+    if costs.loop == "async":
+        envs = "env.envs_per_sampler (each fragment's rows)"
+    elif costs.split_work:
+        envs = (f"env.envs_per_sampler, with the iteration's work ({costs.split_work} "
+                "pieces) dealt among the samplers")
+    else:
+        envs = f"{costs.total_envs} envs in all (the batch over them is the fragment length)"
     return f"held fixed: the algo settings of an update (batch, learning rate) and {envs}"
 
 
@@ -108,15 +113,25 @@ def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str,
                               cfg.topology.auto_calibrate_s)
     keep = None
     if resumed is not None:
-        from walle_ray.topology import parse_topology
-
-        kept = parse_topology(resumed)
-        keep = Plan(kept.samplers, kept.memories, kept.learners, 1, costs.envs_per_sampler)
+        costs, keep = resuming(costs, resumed)
     auto = Auto(costs, choose(costs, cpus, keep=keep), cpus, cached, time.perf_counter() - t0)
     apply(cfg, auto.plan)
     how = "costs from the cache" if cached else f"calibrated in {auto.calibrate_s:.0f} s"
     print(f"walle_ray: {auto.plan.line(costs)} ({how}; {held(costs)})", flush=True)
     return auto
+
+
+def resuming(costs: Costs, resumed: str) -> tuple[Costs, Plan]:
+    """The costs and the plan to keep for a run resumed from a checkpoint of topology
+    ``resumed``: its memories and learners, whose state the checkpoint holds, and for a
+    synchronous run that holds its total envs, the checkpoint's total (not the default
+    topology's), so that its fragment length, the batch over them, stays what it learned with."""
+    from walle_ray.topology import parse_topology
+
+    kept = parse_topology(resumed)
+    if costs.loop == "sync" and not costs.split_work:
+        costs = replace(costs, total_envs=kept.samplers * costs.envs_per_sampler)
+    return costs, Plan(kept.samplers, kept.memories, kept.learners, 1, costs.envs_per_sampler)
 
 
 class Replan(RoleDied):

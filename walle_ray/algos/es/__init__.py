@@ -134,4 +134,4 @@ def validate(cfg: DictConfig) -> None:
 ES = Algorithm(name="es", config_cls=ESConfig, loop="sync", make_update=make_update,
                fragment_length=lambda cfg, topo: 1, validate=validate, check_spaces=check_spaces,
                make_model=make_model, sampler_spec=sampler_spec, eval_policy=ESEvalPolicy,
-               estimate_memory=memory_needs)
+               estimate_memory=memory_needs, split_work=lambda cfg: int(cfg.algo.pairs))
