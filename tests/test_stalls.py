@@ -116,3 +116,52 @@ def test_without_the_watch_samplers_step_on_their_main_thread(tmp_path, on_path)
                    "run.stall_s=null", "run.total_env_steps=4000", "run.stop_at_return=null",
                    f"hydra.run.dir={run_dir}", env=on_path, timeout=240)
     assert "stopped (budget)" in proc.stdout and "env failed" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_memory_snapshot_leaves_the_event_loop_free_and_holds_its_puts():
+    """A large replay takes a while to copy for a checkpoint: the memory process's event
+    loop, which answers the stall watch, goes on meanwhile; a fragment put during the copy
+    goes in after it, so the snapshot is of one moment."""
+    import asyncio
+    import time
+
+    from walle_ray.runtime.memory_worker import AsyncMemoryWorker
+
+    class SlowToCopy:
+        def __init__(self):
+            self.rows, self.copying = [], False
+
+        def has_room(self, item):
+            return True
+
+        def put(self, item):
+            assert not self.copying, "put while the snapshot was being copied"
+            self.rows.append(item)
+
+        def state_dict(self):
+            self.copying = True
+            time.sleep(0.6)
+            self.copying = False
+            return {"rows": list(self.rows)}
+
+    async def main():
+        worker = AsyncMemoryWorker({0: (SlowToCopy, (), {})})
+        await worker.put("a", 0)
+        ticks = []
+
+        async def tick():
+            for _ in range(40):
+                ticks.append(time.perf_counter())
+                await asyncio.sleep(0.02)
+
+        ticking = asyncio.create_task(tick())
+        await asyncio.sleep(0.05)
+        snapshot = asyncio.create_task(worker.state_dict())
+        await asyncio.sleep(0.1)
+        await worker.put("b", 0)  # waits for the copy
+        await ticking
+        return await snapshot, worker.memories[0].rows, max(b - a for a, b in zip(ticks, ticks[1:]))
+
+    states, rows, longest_gap = asyncio.run(main())
+    assert states == {0: {"rows": ["a"]}} and rows == ["a", "b"]
+    assert longest_gap < 0.3

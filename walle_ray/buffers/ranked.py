@@ -273,8 +273,9 @@ class RankedReplay(UniformReplay):
         """The attentive reference (the rows and the counters that carry the annealing are
         the memory's to save: ``MixedMemory.state_dict``). The ranking's time and counts
         start again with the process, as the run's rates do."""
-        return {"reference": list(self.reference),
-                "served_count": self.served_count[:len(self.rows)].copy()}
+        with self.lock:  # not while a batch is ranked ahead on another thread
+            return {"reference": list(self.reference),
+                    "served_count": self.served_count[:len(self.rows)].copy()}
 
     def load_state_dict(self, state: dict) -> None:
         self.reference.clear()

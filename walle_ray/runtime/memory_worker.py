@@ -109,19 +109,28 @@ class AsyncMemoryWorker(Placed):
 
     async def feedback(self, item, key: int) -> int:
         """What an update sends back about the batch this memory served (``Memory.feedback``)."""
-        return self.memories[key].feedback(item)
+        async with self._condition(key):  # not while a snapshot copies the memory
+            return self.memories[key].feedback(item)
 
     async def stats(self) -> dict[int, dict]:
         return {k: m.stats() for k, m in self.memories.items()}
 
     async def state_dict(self) -> dict[int, dict]:
-        return {k: m.state_dict() for k, m in self.memories.items()}
+        """Each memory's snapshot (``memory.checkpoint=true``), copied on a thread while its
+        condition is held: nothing is put into it or served from it meanwhile, and the event
+        loop goes on answering, the stall watch's progress question included, however long
+        a large replay takes to copy."""
+        states = {}
+        for k, memory in self.memories.items():
+            async with self._condition(k):
+                states[k] = await asyncio.to_thread(memory.state_dict)
+        return states
 
     async def load_state_dict(self, states: dict[int, Any]) -> None:
         for k, state in states.items():
             cond = self._condition(k)
             async with cond:
-                self.memories[k].load_state_dict(state)
+                await asyncio.to_thread(self.memories[k].load_state_dict, state)
                 cond.notify_all()
 
 
