@@ -337,6 +337,28 @@ def test_a_dataset_must_take_only_actions_its_masks_allow(tmp_path):
         check_datasets([paths["none"]], obs_space, action_space, cfg.id, 1)
 
 
+def test_a_dataset_whose_mask_allows_nothing_where_it_acted_is_refused(monkeypatch):
+    """A mask that allows nothing is read as allowing everything (an episode's last
+    observation); at a step where the dataset recorded an action it is a broken record, as
+    the env would have refused it."""
+    from walle_ray import datasets
+
+    cfg = OmegaConf.structured(EnvConfig(id="walle/Othello-v0"))
+    obs_space, action_space = env_spaces(cfg)
+    start, stop = obs_space.action_mask
+    obs = np.zeros((4, obs_space.shape[0]), np.float32)
+    obs[:, start] = 1.0  # action 0 allowed
+    episode = {"observations": obs, "actions": np.zeros(3, np.int64)}
+    monkeypatch.setattr(datasets, "read_episodes", lambda paths, first, every: iter([episode]))
+    datasets.check_masked_actions(["d"], obs_space, action_space)
+    obs[3, start] = 0.0  # the last observation, acted on by nobody: read as allowing all
+    datasets.check_masked_actions(["d"], obs_space, action_space)
+    obs[1, start] = 0.0
+    with pytest.raises(ConfigError, match="episode 0 records an action at step 1, where its "
+                                          "observation's action_mask allows no action"):
+        datasets.check_masked_actions(["d"], obs_space, action_space)
+
+
 def test_a_masked_run_as_typed_records_the_mode_and_its_policy_keeps_to_the_mask(tmp_path):
     """``python -m walle_ray algo=dqn env=taxi`` on Ray: auto is decided once (the run's
     config says info), and the checkpoint's policy and evaluation keep to Taxi's masks."""
