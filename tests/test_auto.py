@@ -269,6 +269,17 @@ def test_topology_auto_refuses_what_it_cannot_plan(tmp_path):
     assert out.returncode != 0 and "with learner.num_gpus give a topology" in out.stderr + out.stdout
     out = run_cli("topology=auto", "topology.auto_calibrate_s=0", check=False)
     assert out.returncode != 0 and "topology.auto_calibrate_s" in out.stderr + out.stdout
+    # Before Ray starts: CPU shares and custom resources are the plan's to decide.
+    from walle_ray.algos import algorithm_for
+    from walle_ray.config import ConfigError
+    from walle_ray.runtime.auto import plan_auto
+
+    for setting, says in (("topology.sampler_cpus=0.5", "fits the CPU shares itself"),
+                          ("topology.resources={learner: {trainer: 1}}",
+                           "cannot tell which nodes your resources confine roles to")):
+        cfg = make_cfg("algo=impala", "env=cartpole", "topology=auto", setting)
+        with pytest.raises(ConfigError, match=says):
+            plan_auto(cfg, algorithm_for(cfg.algo), None, None, "nowhere")
 
 
 pytest.importorskip("ray.cluster_utils")

@@ -100,6 +100,10 @@ def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str,
         if cfg.topology[key] is not None:
             raise ConfigError(f"topology.{key}: topology=auto fits the CPU shares itself; "
                               f"leave topology.{key} unset, or give a topology")
+    if any((cfg.topology.resources or {}).values()):
+        raise ConfigError("topology.resources: topology=auto plans over every node's CPUs and "
+                          "cannot tell which nodes your resources confine roles to; give a "
+                          "topology, e.g. topology=8a1m1l, or leave topology.resources unset")
     from walle_ray.algos import validate
 
     trial = local_cfg(cfg, cfg.env.envs_per_sampler)
