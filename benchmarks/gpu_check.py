@@ -176,7 +176,7 @@ def main() -> None:
     args = p.parse_args()
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    cases, nccl = {}, {"passed": True, "checks": "not yet run"}
+    cases, nccl = {}, {"passed": None, "checks": "not yet run"}
     for name in args.cases:
         source = RESUMES.get(name)
         resumed_at = cases[source]["env_steps"] if source in cases else None
@@ -187,7 +187,10 @@ def main() -> None:
         write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases,
                                  "passed": nccl["passed"] and all(c["passed"] for c in cases.values())})
     # Last: this process holds GPU memory from here, which the cases' watch would count.
-    nccl = nccl_check()
+    try:
+        nccl = nccl_check()
+    except Exception as exc:  # recorded as failed, with the cases' results kept
+        nccl = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     print("nccl", nccl, flush=True)
     write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases,
                              "passed": nccl["passed"] and all(c["passed"] for c in cases.values())})

@@ -85,6 +85,11 @@ def test_samplers_that_deal_an_iterations_work_may_be_as_many_as_it_has_pieces()
                     env_s=2e-3, act_s=1e-4, update_s={1: 0.01})
     plan = choose(es, [32.0])
     assert plan.samplers > 8 and 32 % plan.samplers == 0 and plan.envs_per_sampler == 4
+    # Past an episode per env (64 episodes over 16 samplers of 4 envs), more samplers would
+    # only step idle envs: none are planned.
+    assert 2 * 32 // plan.samplers >= 4
+    wide = choose(replace(es, envs_per_sampler=8), [32.0])
+    assert wide.samplers == 8
     ppo = choose(replace(es, split_work=0), [32.0])
     assert ppo.samplers * ppo.envs_per_sampler == 8
     assert "envs per sampler held" in plan.line(es)
@@ -93,13 +98,17 @@ def test_samplers_that_deal_an_iterations_work_may_be_as_many_as_it_has_pieces()
 def test_a_resumed_synchronous_run_keeps_its_checkpoints_total_envs():
     from walle_ray.runtime.auto import resuming
 
-    costs, keep = resuming(sync_costs(envs_per_sampler=4, total_envs=8), "4a1m1l")
-    assert costs.total_envs == 16 and (keep.samplers, keep.memories, keep.learners) == (4, 1, 1)
+    # A run of env.envs_per_sampler=4 that its plan gave 4 samplers of 2 envs: 8 envs held.
+    costs, keep = resuming(sync_costs(envs_per_sampler=4, total_envs=8), "4a1m1l", 2)
+    assert costs.total_envs == 8 and (keep.samplers, keep.memories, keep.learners) == (4, 1, 1)
+    # A fixed topology's run, resumed with topology=auto: its 4 samplers of 4 envs.
+    costs, keep = resuming(sync_costs(envs_per_sampler=4, total_envs=8), "4a1m1l", 4)
+    assert costs.total_envs == 16
     plan = choose(costs, [8.0], keep=keep)
     assert plan.samplers * plan.envs_per_sampler == 16
     es = sync_costs(envs_per_sampler=4, total_envs=8, split_work=32)
-    assert resuming(es, "4a1m1l")[0] == es  # its envs per sampler are what it holds
-    assert resuming(async_costs(), "4a2m1l")[0] == async_costs()
+    assert resuming(es, "4a1m1l", 4)[0] == es  # its envs per sampler are what it holds
+    assert resuming(async_costs(), "4a2m1l", 8)[0] == async_costs()
 
 
 def test_costs_round_trip_through_json():
@@ -171,6 +180,22 @@ def test_a_run_with_too_little_measured_says_so():
     assert costs_from_report({"totals": {"samplers": {}, "learners": {}}}, {}) is None
 
 
+def test_the_report_command_plans_an_es_run_as_auto_would():
+    """An ES run's report carries its pairs (``run.split_work``): what auto would choose for
+    it deals them among samplers rather than holding the run's total envs."""
+    report = {"run": {"loop": "sync", "learners": 1, "split_work": 32},
+              "samplers": {"count": 2},
+              "totals": {"samplers": {"0": {"cpu_s": 10.0, "env_steps": 5000},
+                                      "1": {"cpu_s": 10.0, "env_steps": 5000}},
+                         "learners": {"updates": 10, "cpu_s": 0.1}}}
+    config = {"env": {"envs_per_sampler": 4}}
+    es = costs_from_report(report, config)
+    assert es.split_work == 32 and choose(es, [32.0]).samplers == 16
+    del report["run"]["split_work"]  # a report from before, or a PPO run: 8 envs held
+    ppo = costs_from_report(report, config)
+    assert ppo.split_work == 0 and choose(ppo, [32.0]).samplers <= 8
+
+
 def watching(monkeypatch, cpus: list[float], nodes: list[list[float]]):
     """A ``ClusterWatch`` over a sampler-bound job planned for nodes of ``cpus``, looking at
     every call; each look reads the next of ``nodes``."""
@@ -206,6 +231,25 @@ def test_a_node_that_joins_gets_roles_once_it_stays_and_only_for_enough_gain(mon
     assert run.plan == kept and run.cpus == [1.0, 8.0]
     assert capsys.readouterr().out.count(f"topology=auto keeps {kept.spec}") == 1
     assert watch({}) == {}  # said once; the cluster is as last seen
+    # A rebuild after a lost role re-plans for the CPUs then, so a look from before it
+    # does not count as the first of two.
+    run, watch = watching(monkeypatch, [8.0], [[8.0, 8.0], [8.0, 8.0], [8.0, 8.0]])
+    assert watch({}) == {}
+    run.cpus = [8.0, 2.0]  # what replan() sets when it rebuilds
+    assert watch({}) == {}
+    with pytest.raises(Replan):
+        watch({})
+
+
+def test_a_rebuild_betters_a_plan_kept_for_too_little_gain(monkeypatch):
+    from walle_ray.runtime.auto import replan
+
+    run, watch = watching(monkeypatch, [8.0], [[8.0, 1.0]] * 3)
+    kept = run.plan
+    assert watch({}) == {} and watch({}) == {} and run.plan == kept  # kept: +5%
+    cfg = make_cfg("algo=impala", "env=cartpole")
+    assert replan(cfg, run)  # a role died: the roles rebuild, on the better plan
+    assert run.plan.spec != kept.spec and cfg.topology.spec == run.plan.spec
 
 
 def test_a_node_lost_is_planned_for_at_the_first_look(monkeypatch):
@@ -294,6 +338,7 @@ def test_auto_replans_when_a_node_joins_and_when_it_is_lost(tmp_path):
 
     from test_multinode import (FAST_HEALTH, Output, interrupted_at_the_end, records,
                                 wait_for)
+    from walle_ray.runtime.auto import REPLAN_GAIN
     from walle_ray.runtime.calibrate import cache_key
 
     cache = tmp_path / "cache"
@@ -331,6 +376,8 @@ def test_auto_replans_when_a_node_joins_and_when_it_is_lost(tmp_path):
             cpus = [c * min(1.0, usable / 3) for c in (1.0, 2.0)]
             grown = choose(costs, cpus, keep=first)
             assert grown.samplers > first.samplers
+            # enough of a gain for a rebuild (ClusterWatch)
+            assert grown.rate >= predict(costs, first, cpus).rate * (1 + REPLAN_GAIN)
             wait_for("a plan for the new node", lambda: f"now has {sum(cpus):g} CPUs in 2 "
                      f"node(s): auto: {grown.spec}," in output.text, proc, output)
             at = len(records(run_dir))

@@ -329,7 +329,7 @@ def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkey
     monkeypatch.setattr(ray_init, "live_nodes", lambda: nodes)
     cfg = make_cfg("algo=impala", "env=cartpole")
     assert learner_nodes(cfg, threads=6, count=2, gpus=0) == ["big", "mid"]
-    assert learner_nodes(cfg, threads=6, count=4, gpus=0) == ["big", "mid", "small", "big"]
+    assert learner_nodes(cfg, threads=6, count=4, gpus=0) == ["big", "mid", "small", None]
     assert learner_nodes(cfg, threads=1, count=2, gpus=0) == [None, None]
     assert learner_nodes(cfg, threads=6, count=1, gpus=1) == [None]
     cfg.topology.resources = {"learner": {"walle_learner": 1}}

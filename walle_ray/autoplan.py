@@ -248,11 +248,14 @@ def _sampler_splits(costs: Costs, total: float) -> list[tuple[int, int]]:
     """(samplers, envs per sampler): async, any count up to two per CPU with the env's
     envs per sampler; sync, the held total envs divided evenly, or, where the samplers deal
     an iteration's pieces of work among them (``split_work``), any count up to two per CPU
-    that divides them, with the env's envs per sampler."""
+    that divides them and leaves each sampler's envs an episode each, with the env's envs
+    per sampler."""
     if costs.split_work:
-        n = costs.split_work
-        return [(a, costs.envs_per_sampler) for a in range(1, n + 1)
-                if n % a == 0 and a <= max(1, 2 * total)]
+        # A sampler steps all its envs until its last piece ends: beyond a piece (two
+        # episodes, ``Algorithm.split_work``) per two envs, more samplers only add idle envs.
+        n, envs = costs.split_work, costs.envs_per_sampler
+        fit = [a for a in range(1, n + 1) if n % a == 0 and a <= max(1, 2 * total)]
+        return [(a, envs) for a in fit if 2 * n // a >= envs or a == 1]
     if costs.loop == "sync":
         n = max(1, costs.total_envs)
         return [(a, n // a) for a in range(1, n + 1) if n % a == 0 and a <= max(1, 2 * total)]
@@ -303,4 +306,5 @@ def costs_from_report(report: dict, config: dict) -> Costs | None:
                  act_s=0.0, update_s={1: learn_cpu / updates}, update_cpu_s={1: learn_cpu / updates},
                  steps_per_update=steps / updates,
                  total_envs=envs * int(report.get("samplers", {}).get("count") or 1) if sync else 0,
+                 split_work=int(run.get("split_work") or 0) if sync else 0,
                  learner_counts=tuple(counts or (int(run.get("learners") or 1),)))

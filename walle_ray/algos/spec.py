@@ -58,9 +58,10 @@ class Algorithm:
     with (``set_weights``, ``act``), ``cfg`` holding the trained run's env, model and algo
     sections as dataclasses.
     ``split_work(cfg)``: a synchronous algorithm whose iteration is a number of like pieces of
-    work dealt among its samplers whatever their envs (ES's antithetic pairs) gives that
-    number, and ``topology=auto`` may run any sampler count that divides it; None: a
-    synchronous run holds its total envs (the batch over them is the fragment length).
+    work, two episodes each, dealt among its samplers whatever their envs (ES's antithetic
+    pairs) gives that number, and ``topology=auto`` may run any sampler count that divides
+    it and leaves each sampler an episode per env; None: a synchronous run holds its total
+    envs (the batch over them is the fragment length).
     """
 
     name: str

@@ -82,11 +82,11 @@ def apply(cfg: DictConfig, plan: Plan) -> None:
 
 
 def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str,
-              resumed: str | None = None) -> Auto:
+              resumed: tuple[str, int] | None = None) -> Auto:
     """Calibrate (or read the cache), choose and apply the plan; print the choice. Ray
     starts here, in the run's ``namespace``, to tell the nodes' CPUs. ``resumed``: the
-    topology of the checkpoint a resumed run starts from, whose memories and learners the
-    plan keeps (their state is the checkpoint's)."""
+    topology and envs per sampler of the checkpoint a resumed run starts from, whose
+    memories and learners the plan keeps (their state is the checkpoint's)."""
     from walle_ray.runtime.calibrate import calibrate, local_cfg
     from walle_ray.runtime.ray_init import start_ray
 
@@ -117,7 +117,7 @@ def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str,
                               cfg.topology.auto_calibrate_s)
     keep = None
     if resumed is not None:
-        costs, keep = resuming(costs, resumed)
+        costs, keep = resuming(costs, *resumed)
     auto = Auto(costs, choose(costs, cpus, keep=keep), cpus, cached, time.perf_counter() - t0)
     apply(cfg, auto.plan)
     how = "costs from the cache" if cached else f"calibrated in {auto.calibrate_s:.0f} s"
@@ -125,16 +125,17 @@ def plan_auto(cfg: DictConfig, algo, obs_space, action_space, namespace: str,
     return auto
 
 
-def resuming(costs: Costs, resumed: str) -> tuple[Costs, Plan]:
+def resuming(costs: Costs, spec: str, envs_per_sampler: int) -> tuple[Costs, Plan]:
     """The costs and the plan to keep for a run resumed from a checkpoint of topology
-    ``resumed``: its memories and learners, whose state the checkpoint holds, and for a
-    synchronous run that holds its total envs, the checkpoint's total (not the default
-    topology's), so that its fragment length, the batch over them, stays what it learned with."""
+    ``spec`` with ``envs_per_sampler`` (its config's, which a plan wrote there): its memories
+    and learners, whose state the checkpoint holds, and for a synchronous run that holds its
+    total envs, the checkpoint's total (not the default topology's), so that its fragment
+    length, the batch over them, stays what it learned with."""
     from walle_ray.topology import parse_topology
 
-    kept = parse_topology(resumed)
+    kept = parse_topology(spec)
     if costs.loop == "sync" and not costs.split_work:
-        costs = replace(costs, total_envs=kept.samplers * costs.envs_per_sampler)
+        costs = replace(costs, total_envs=kept.samplers * envs_per_sampler)
     return costs, Plan(kept.samplers, kept.memories, kept.learners, 1, costs.envs_per_sampler)
 
 
@@ -153,10 +154,12 @@ def replan(cfg: DictConfig, auto: Auto) -> bool:
     """Choose again for the cluster's CPUs now; True where the plan changed, and was
     applied to ``cfg``."""
     cpus = node_cpus()
-    if sorted(cpus) == sorted(auto.cpus):
+    plan = plan_for(auto, cpus)
+    if sorted(cpus) == sorted(auto.cpus) and (plan.spec, plan.threads) == (auto.plan.spec,
+                                                                             auto.plan.threads):
         return False
-    before, auto.cpus = auto.plan, cpus
-    auto.plan = plan_for(auto, cpus)
+    # Here a plan that the watch kept for too little gain is bettered: the roles rebuild anyway.
+    before, auto.cpus, auto.plan = auto.plan, cpus, plan
     print(f"walle_ray: the cluster now has {sum(cpus):g} CPUs in {len(cpus)} node(s): "
           f"{auto.plan.line(auto.costs)}"
           + ("" if auto.plan.spec == before.spec else f" (was {before.spec})"), flush=True)
@@ -172,16 +175,19 @@ class ClusterWatch:
     and where their CPUs changed so that the plan would, raises ``Replan``. A lost node that
     ran roles is found sooner, by the roles' failure, and the rebuild re-plans too.
 
-    Fewer CPUs re-plan at once (the plan may no longer fit). More CPUs re-plan once the same
-    nodes were seen at two looks in a row (a node that joins and leaves again rebuilds
-    nothing), and only for a plan ``REPLAN_GAIN`` faster than the running one there."""
+    Fewer CPUs re-plan at once (the plan may no longer fit). More CPUs, or as many spread
+    otherwise, re-plan once the same nodes were seen at two looks in a row (a node that joins
+    and leaves again rebuilds nothing), and only for a plan ``REPLAN_GAIN`` faster than the
+    running one there."""
 
     def __init__(self, auto: Auto, stopping, every_s: float = 10.0):
         """``stopping()``: whether the run is stopping (its budget spent, a signal): then
         the cluster is left as it is."""
         self.auto, self.stopping, self.every_s = auto, stopping, every_s
         self.next_at = time.perf_counter() + every_s
-        self.seen: list[float] | None = None  # the nodes' CPUs at the last look
+        # the nodes' CPUs at the last look, and those the plan was for then (a rebuild after
+        # a lost role re-plans without the watch: a look from before it does not count)
+        self.seen: tuple | None = None
 
     def __call__(self, record: dict) -> dict:
         now = time.perf_counter()
@@ -189,16 +195,16 @@ class ClusterWatch:
             return {}
         self.next_at = now + self.every_s
         cpus = sorted(node_cpus())
-        seen, self.seen = self.seen, cpus
+        seen, self.seen = self.seen, (cpus, sorted(self.auto.cpus))
         if cpus == sorted(self.auto.cpus):
             return {}
-        grown = sum(cpus) > sum(self.auto.cpus)
-        if grown and cpus != seen:  # look again before rebuilding for it
+        fewer = sum(cpus) < sum(self.auto.cpus)  # the running plan may not fit them
+        if not fewer and seen != self.seen:  # look again before rebuilding for it
             return {}
         plan = plan_for(self.auto, cpus)
         if (plan.spec, plan.threads) != (self.auto.plan.spec, self.auto.plan.threads):
             running = predict(self.auto.costs, self.auto.plan, cpus).rate
-            if not grown or plan.rate >= running * (1.0 + REPLAN_GAIN):
+            if fewer or plan.rate >= running * (1.0 + REPLAN_GAIN):
                 raise Replan(f"the cluster's CPUs went from {sum(self.auto.cpus):g} to "
                              f"{sum(cpus):g}; topology=auto would now run {plan.spec}")
             print(f"walle_ray: the cluster now has {sum(cpus):g} CPUs in {len(cpus)} node(s); "

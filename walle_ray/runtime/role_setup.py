@@ -91,7 +91,8 @@ def learner_threads(cfg: DictConfig, algo: Algorithm, packing: Packing, plan: Re
 
 def learner_nodes(cfg: DictConfig, threads: int, count: int, gpus: float) -> list[str | None]:
     """The node each learner process prefers (None: where Ray places it). A learner that runs
-    several threads goes to the node with the most CPUs, the next learner to the next node:
+    several threads goes to the node with the most CPUs, the next learner to the next node
+    (learners beyond the nodes go where Ray places them):
     placed anywhere, it could land on a small node and run its threads on fewer CPUs, which
     is what ``topology=auto`` plans them for (``autoplan.candidates``). Not where
     ``topology.resources`` places learners, nor for GPU learners, which go where the GPUs are."""
@@ -104,17 +105,18 @@ def learner_nodes(cfg: DictConfig, threads: int, count: int, gpus: float) -> lis
     nodes = [node_id for cpus, node_id in by_cpus if cpus > 0]
     if len(nodes) < 2:
         return [None] * count
-    return [nodes[g % len(nodes)] for g in range(count)]
+    return [nodes[g] if g < len(nodes) else None for g in range(count)]
 
 
 def node_preference(node: str | None):
-    """A soft node affinity: Ray places the process there when the node has room, elsewhere
-    when it has not or is gone (a restart after a lost node)."""
+    """A soft node affinity: Ray places the process there when the node has room now,
+    elsewhere when it has not (another role or job holds its CPUs) or is gone (a restart
+    after a lost node)."""
     if node is None:
         return "DEFAULT"
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=True, _spill_on_unavailable=True)
 
 
 def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:

@@ -57,7 +57,8 @@ def checked_start(cfg: DictConfig, run_dir: Path) -> Start:
         check_run_dir(run_dir, cfg.run.resume)
         resumed = None
         if cfg.run.resume:  # the plan keeps the memories and learners the checkpoint holds
-            resumed = load_checkpoint(Path(cfg.run.resume))["config"]["topology"]["spec"]
+            was = load_checkpoint(Path(cfg.run.resume))["config"]
+            resumed = (was["topology"]["spec"], int(was["env"]["envs_per_sampler"]))
         auto = plan_auto(cfg, algo, obs_space, action_space, f"walle_ray-{run_dir.name}",
                          resumed)
     topo = parse_topology(cfg.topology.spec)
