@@ -184,16 +184,17 @@ def main() -> None:
             raise SystemExit(f"{name} resumes {source}: run that case first (--cases {source} {name})")
         cases[name] = run_case(name, CASES[name], args.seconds, resumed_at)
         print(name, "passed" if cases[name]["passed"] else "FAILED", flush=True)
-        write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases,
-                                 "passed": nccl["passed"] and all(c["passed"] for c in cases.values())})
+        so_far = all(c["passed"] for c in cases.values()) and nccl["passed"]
+        write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases, "passed": so_far})
     # Last: this process holds GPU memory from here, which the cases' watch would count.
     try:
         nccl = nccl_check()
     except Exception as exc:  # recorded as failed, with the cases' results kept
         nccl = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     print("nccl", nccl, flush=True)
-    write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases,
-                             "passed": nccl["passed"] and all(c["passed"] for c in cases.values())})
+    passed = all(c["passed"] for c in cases.values()) and nccl["passed"]
+    write_result(args.name, {"gpu": gpu, "nccl_one_rank": nccl, "cases": cases, "passed": passed})
+    sys.exit(0 if passed else 1)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,28 @@ def test_a_run_with_too_little_measured_says_so():
     assert costs_from_report({"totals": {"samplers": {}, "learners": {}}}, {}) is None
 
 
+def test_a_runs_report_carries_the_work_its_samplers_deal():
+    from walle_ray.algos import algorithm_for
+    from walle_ray.bottleneck import build_report, new_totals
+    from walle_ray.runtime.times import run_meta
+    from walle_ray.topology import parse_topology
+
+    for algo, work in (("es", 24), ("ppo", 0)):
+        cfg = make_cfg(f"algo={algo}", "env=cartpole", *(["algo.pairs=24"] if work else []))
+        meta, _ = run_meta(cfg, algorithm_for(cfg.algo), parse_topology("2a1m1l"))
+        assert build_report(new_totals(), meta)["run"]["split_work"] == work
+
+
+def test_a_resumed_auto_run_keeps_the_split_its_checkpoint_ran():
+    from walle_ray.runtime.checkpoint import CheckpointError
+    from walle_ray.runtime.start import resumed_split
+
+    ckpt = {"config": {"topology": {"spec": "4a1m1l"}, "env": {"envs_per_sampler": 2}}}
+    assert resumed_split(ckpt, "runs/a") == ("4a1m1l", 2)
+    with pytest.raises(CheckpointError, match="does not say its topology and envs per sampler"):
+        resumed_split({"config": {"env": {}}}, "runs/b")
+
+
 def test_the_report_command_plans_an_es_run_as_auto_would():
     """An ES run's report carries its pairs (``run.split_work``): what auto would choose for
     it deals them among samplers rather than holding the run's total envs."""
@@ -250,6 +272,18 @@ def test_a_rebuild_betters_a_plan_kept_for_too_little_gain(monkeypatch):
     cfg = make_cfg("algo=impala", "env=cartpole")
     assert replan(cfg, run)  # a role died: the roles rebuild, on the better plan
     assert run.plan.spec != kept.spec and cfg.topology.spec == run.plan.spec
+    # A plan not kept for its gain stays as it is when a role dies on the same CPUs.
+    run, watch = watching(monkeypatch, [8.0], [[8.0]])
+    assert not replan(cfg, run) and run.replans == 0
+
+
+def test_a_smaller_biggest_node_is_planned_for_at_the_first_look(monkeypatch):
+    from walle_ray.runtime.auto import Replan
+
+    run, watch = watching(monkeypatch, [16.0], [[4.0, 4.0, 4.0, 4.0]])
+    run.plan = replace(run.plan, threads=8)  # a learner planned for the 16-CPU node's threads
+    with pytest.raises(Replan):
+        watch({})
 
 
 def test_a_node_lost_is_planned_for_at_the_first_look(monkeypatch):

@@ -322,7 +322,7 @@ def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkey
     nodes with the most CPUs, in order; not where they run one thread, hold GPUs, or the
     user placed them with topology.resources."""
     from walle_ray.runtime import ray_init
-    from walle_ray.runtime.role_setup import learner_nodes
+    from walle_ray.runtime.role_setup import learner_nodes, node_preference
 
     nodes = {"small": {"Resources": {"CPU": 1.0}}, "big": {"Resources": {"CPU": 16.0}},
              "head": {"Resources": {}}, "mid": {"Resources": {"CPU": 4.0}}}
@@ -336,3 +336,8 @@ def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkey
     assert learner_nodes(cfg, threads=6, count=1, gpus=0) == [None]
     monkeypatch.setattr(ray_init, "live_nodes", lambda: {"one": {"Resources": {"CPU": 2.0}}})
     assert learner_nodes(make_cfg("algo=impala", "env=cartpole"), 6, 1, 0) == [None]
+    # Soft, and placed elsewhere when the node has no room now (not waiting for it).
+    node = "ab" * 28  # a node id as Ray writes them
+    preference = node_preference(node)
+    assert preference.node_id == node and preference.soft and preference._spill_on_unavailable
+    assert node_preference(None) == "DEFAULT"

@@ -155,13 +155,15 @@ def replan(cfg: DictConfig, auto: Auto) -> bool:
     applied to ``cfg``."""
     cpus = node_cpus()
     plan = plan_for(auto, cpus)
-    if sorted(cpus) == sorted(auto.cpus) and (plan.spec, plan.threads) == (auto.plan.spec,
-                                                                             auto.plan.threads):
+    same = sorted(cpus) == sorted(auto.cpus)
+    # On the same CPUs, only a plan predicted faster than the running one: one the watch kept
+    # for too little gain, taken now that the roles rebuild anyway.
+    if same and plan.rate <= predict(auto.costs, auto.plan, cpus).rate:
         return False
-    # Here a plan that the watch kept for too little gain is bettered: the roles rebuild anyway.
     before, auto.cpus, auto.plan = auto.plan, cpus, plan
-    print(f"walle_ray: the cluster now has {sum(cpus):g} CPUs in {len(cpus)} node(s): "
-          f"{auto.plan.line(auto.costs)}"
+    said = (f"rebuilding on {sum(cpus):g} CPUs, the plan kept for too little gain is bettered"
+            if same else f"the cluster now has {sum(cpus):g} CPUs in {len(cpus)} node(s)")
+    print(f"walle_ray: {said}: {auto.plan.line(auto.costs)}"
           + ("" if auto.plan.spec == before.spec else f" (was {before.spec})"), flush=True)
     if (auto.plan.spec, auto.plan.threads) == (before.spec, before.threads):
         return False
@@ -175,10 +177,10 @@ class ClusterWatch:
     and where their CPUs changed so that the plan would, raises ``Replan``. A lost node that
     ran roles is found sooner, by the roles' failure, and the rebuild re-plans too.
 
-    Fewer CPUs re-plan at once (the plan may no longer fit). More CPUs, or as many spread
-    otherwise, re-plan once the same nodes were seen at two looks in a row (a node that joins
-    and leaves again rebuilds nothing), and only for a plan ``REPLAN_GAIN`` faster than the
-    running one there."""
+    Fewer CPUs, or a smaller biggest node, re-plan at once (the plan may no longer fit).
+    More CPUs, or as many spread otherwise, re-plan once the same nodes were seen at two
+    looks in a row (a node that joins and leaves again rebuilds nothing), and only for a plan
+    ``REPLAN_GAIN`` faster than the running one there."""
 
     def __init__(self, auto: Auto, stopping, every_s: float = 10.0):
         """``stopping()``: whether the run is stopping (its budget spent, a signal): then
@@ -198,7 +200,8 @@ class ClusterWatch:
         seen, self.seen = self.seen, (cpus, sorted(self.auto.cpus))
         if cpus == sorted(self.auto.cpus):
             return {}
-        fewer = sum(cpus) < sum(self.auto.cpus)  # the running plan may not fit them
+        # the running plan may not fit: fewer CPUs, or a smaller biggest node (the learner's)
+        fewer = sum(cpus) < sum(self.auto.cpus) or max(cpus) < max(self.auto.cpus)
         if not fewer and seen != self.seen:  # look again before rebuilding for it
             return {}
         plan = plan_for(self.auto, cpus)

@@ -52,13 +52,14 @@ def checked_start(cfg: DictConfig, run_dir: Path) -> Start:
     obs_space, action_space = env_spaces(cfg.env)
     cfg.env.action_mask = mask_mode(obs_space)  # auto decided once, here, for every role
     algo.check_spaces(obs_space, action_space)  # the wrong kind of env is the first thing to say
-    auto = None
+    auto = ckpt = None
     if is_auto(cfg):  # measure, choose, and write the choice into cfg (runtime/auto.py)
         check_run_dir(run_dir, cfg.run.resume)
         resumed = None
         if cfg.run.resume:  # the plan keeps the memories and learners the checkpoint holds
-            was = load_checkpoint(Path(cfg.run.resume))["config"]
-            resumed = (was["topology"]["spec"], int(was["env"]["envs_per_sampler"]))
+            ckpt = load_checkpoint(Path(cfg.run.resume))
+            check_resume(cfg, ckpt, cfg.run.resume)  # before any calibration
+            resumed = resumed_split(ckpt, cfg.run.resume)
         auto = plan_auto(cfg, algo, obs_space, action_space, f"walle_ray-{run_dir.name}",
                          resumed)
     topo = parse_topology(cfg.topology.spec)
@@ -81,8 +82,7 @@ def checked_start(cfg: DictConfig, run_dir: Path) -> Start:
         cfg.dataset.path = [str(d.path) for d in datasets]
     check_run_dir(run_dir, cfg.run.resume)  # never another run's files
     run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = None
-    if cfg.run.resume:
+    if cfg.run.resume and ckpt is None:
         ckpt = load_checkpoint(Path(cfg.run.resume))
         check_resume(cfg, ckpt, cfg.run.resume)
     torch.manual_seed(cfg.run.seed)
@@ -90,6 +90,17 @@ def checked_start(cfg: DictConfig, run_dir: Path) -> Start:
         "env_steps": 0, "iterations": 0, "episodes": 0, "wall_s": 0.0, "recent_returns": []}
     return Start(algo=algo, obs_space=obs_space, action_space=action_space, topo=topo,
                  auto=auto, offline=offline, eval_every=eval_every, ckpt=ckpt, counters=counters)
+
+
+def resumed_split(ckpt: dict, path: str) -> tuple[str, int]:
+    """The topology and envs per sampler a checkpoint's run had (a plan's, when topology=auto
+    made it): what a resumed auto run keeps."""
+    try:
+        was = ckpt["config"]
+        return str(was["topology"]["spec"]), int(was["env"]["envs_per_sampler"])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"checkpoint in {path} does not say its topology and envs per "
+                              "sampler; resume it with a topology, e.g. topology=2a1m1l") from None
 
 
 def check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
