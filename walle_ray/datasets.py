@@ -171,23 +171,21 @@ def check_masked_actions(paths: list[str], obs_space: gym.Space, action_space: g
     that learns from a forbidden one would put all its weight on a log-probability of
     -1e9); a ConfigError names the first that is not."""
     from walle_ray.envs.masks import allows_some, first_columns
-    from walle_ray.models.masking import ActionMask
 
-    allowed_of = ActionMask(obs_space.action_mask, action_space).allowed_np
     first_column = first_columns(action_space)
     start, stop = obs_space.action_mask
     for e, ep in enumerate(read_episodes(paths, 0, 1)):
         steps = len(ep["actions"])
         if not steps:
             continue
-        obs = np.asarray(ep["observations"][:steps], np.float32)
-        empty = ~allows_some(obs[:, start:stop] > 0.5, first_column).all(1)
+        allowed = np.asarray(ep["observations"][:steps], np.float32)[:, start:stop] > 0.5
+        empty = ~allows_some(allowed, first_column).all(1)
         if empty.any():  # the env refuses such a state where a policy acts (envs/masks.py)
             t = int(np.flatnonzero(empty)[0])
             raise ConfigError(f"dataset.path: episode {e} records an action at step {t}, where "
                               "its observation's action_mask allows no action; fix the "
                               "dataset, or learn from it with env.action_mask=none")
-        allowed = allowed_of(obs)
+        # every row allows some action in each component: the mask is as recorded
         columns = head_actions(np.asarray(ep["actions"]), action_space).reshape(steps, -1) + first_column
         ok = np.take_along_axis(allowed, columns, 1).all(1)
         if not ok.all():

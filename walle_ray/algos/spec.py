@@ -110,6 +110,11 @@ class Algorithm:
             return []
         return self.estimate_memory(self, cfg, obs_space, action_space)
 
+    def work_pieces(self, cfg: DictConfig) -> int:
+        """The pieces of an iteration's work its samplers deal among them (``split_work``);
+        0 for an algorithm without."""
+        return int(self.split_work(cfg)) if self.split_work else 0
+
     def learner(self, cfg: DictConfig, shards: int = 1) -> tuple[type, tuple, dict]:
         """A learner process's class and arguments, for ``shards`` learner shards
         (``learner_spec``); construct it with the spaces after ``args``."""

@@ -271,7 +271,7 @@ def calibrate(cfg: DictConfig, algo, obs_space, action_space, biggest_node_cpus:
                   memory_s=(measured["memory_cpu"] / measured["steps"] if not sync else 0.0),
                   free_running=measured["free_running"],
                   total_envs=total_envs, learner_counts=learner_counts(cfg, algo),
-                  split_work=int(algo.split_work(cfg)) if algo.split_work else 0,
+                  split_work=algo.work_pieces(cfg),
                   gpus_per_learner=float(cfg.learner.num_gpus))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps({"made_from": what, "costs": costs.to_json()}, indent=1,

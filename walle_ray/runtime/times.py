@@ -45,7 +45,7 @@ def run_meta(cfg, algo, topo) -> tuple[dict, object]:
             "samplers": 0 if algo.reads_dataset else topo.samplers,
             "gpu": not topo.local and cfg.learner.num_gpus > 0,
             # a synchronous iteration's pieces of work dealt among the samplers (ES's pairs)
-            "split_work": int(algo.split_work(cfg)) if algo.split_work else 0}
+            "split_work": algo.work_pieces(cfg)}
     return meta, (lambda i: topo.memories_of_sampler(i, rows))
 
 
