@@ -245,27 +245,42 @@ def test_a_fleet_whose_role_stalled_waits_on_it_no_more():
         fleet.learner_state()
 
 
-@pytest.mark.parametrize("algo", ["impala", "ppo"])
-def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo):
-    """On 2 CPUs, 4a2m2l runs as 2 sampler processes of 2 samplers each, one memory process
-    (IMPALA's; PPO's learners take the fragments directly) and one learner process for both
-    shards; every logical sampler reports, and the run learns."""
+@pytest.mark.parametrize("algo, spec", [("impala", "6a2m2l"), ("ppo", "4a2m2l")])
+def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo, spec):
+    """On 2 CPUs, PPO's 4a2m2l runs as 2 sampler processes of 2 samplers each and one learner
+    process for both shards (its learners take the fragments directly); IMPALA's 6a2m2l as 2
+    sampler processes whose 3 samplers each step together (lanes of 2 * 4 // 3 = 2 envs),
+    one memory process and one learner process. Every logical sampler reports, none is
+    silent, and the run learns."""
     import json
 
     from conftest import run_cli
 
     extra = (["run.report_every_s=1", "run.total_env_steps=30000"] if algo == "impala"
              else ["algo.batch_size=256", "algo.minibatch_size=32", "run.total_env_steps=2048"])
-    out = run_cli(f"algo={algo}", "topology=4a2m2l", "run.ray_num_cpus=2", "~preset",
+    out = run_cli(f"algo={algo}", f"topology={spec}", "run.ray_num_cpus=2", "~preset",
                   "logger.progress=line", f"hydra.run.dir={tmp_path}", *extra, timeout=240).stdout
-    memories = "2 memories in 1 process (2 each), " if algo == "impala" else ""
-    assert (f"4 samplers in 2 processes (2 each), {memories}2 learners in 1 process (2 each) "
-            "(topology.pack=auto)") in out
+    if algo == "impala":
+        assert ("6 samplers in 2 processes (3 each), 2 memories in 1 process (2 each), "
+                "2 learners in 1 process (2 each) (topology.pack=auto)") in out
+        assert "3 samplers a process step together, 2 envs each: 12 envs in all" in out
+    else:
+        assert ("4 samplers in 2 processes (2 each), 2 learners in 1 process (2 each) "
+                "(topology.pack=auto)") in out
+        assert "step together" not in out
     assert "stopped (budget)" in out
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["env_steps"] >= 2048 and records[-1]["faults/sampler_restarts"] == 0
     assert any(r.get("updates", r.get("learn/policy_loss")) for r in records)
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
+    if algo == "impala":
+        report = json.loads((tmp_path / "report.json").read_text())
+        samplers = report["samplers"]["per_sampler"]
+        assert [s["index"] for s in samplers] == list(range(6))
+        assert all(s["env_steps"] > 0 and s["fragments"] > 0 for s in samplers)
+        assert sum(s["env_steps"] for s in samplers) == report["run"]["env_steps"]
+        assert not report["silent_samplers"]
+        assert {int(k) for k in report["totals"]["memories"]} == {0, 1}
 
 
 @pytest.mark.parametrize("overrides, spec, threads", [
@@ -315,6 +330,22 @@ def test_envs_that_crowd_the_cpus_get_a_note_at_start():
     assert note.endswith("8 samplers or fewer report sooner")
     assert crowded_envs(32, 8, 32) is None and crowded_envs(2, 8, 2) is None
     assert crowded_envs(0, 8, 2) is None  # no samplers (offline learning)
+
+
+def test_samplers_that_step_together_say_so_at_start():
+    """32a4m4l's IMPALA on 2 CPUs steps 32 envs, not 256 (``topology.lanes``): the run says
+    how many each sampler steps; 2a1m1l, each of whose processes runs one, says nothing."""
+    from walle_ray.runtime.start import lanes_note
+    from walle_ray.topology import plan_packing
+
+    t = parse_topology("32a4m4l")
+    assert lanes_note(plan_packing(t, 2), 8) == (
+        "16 samplers a process step together, 1 env each: 32 envs in all, so their episodes "
+        "end as often as fewer samplers' would (env.envs_per_sampler=8 holds where a process "
+        "runs 2 samplers or fewer)")
+    assert lanes_note(plan_packing(t, 64), 8) is None  # a process per sampler
+    assert lanes_note(plan_packing(parse_topology("2a1m1l"), 2), 8) is None
+    assert "4 envs each: 32 envs" in lanes_note(plan_packing(parse_topology("8a1m1l"), 2), 8)
 
 
 def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkeypatch):

@@ -105,6 +105,51 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
     assert plan_packing(parse_topology("0a1m1l"), 2).samplers == ()
 
 
+def test_a_process_of_many_samplers_steps_them_together_and_deals_their_rows():
+    """More than two logical samplers in a process step together, about twice a sampler's
+    envs in all; their rows are dealt across every memory, in pieces no bigger than the
+    memories are sized for, each row once."""
+    from walle_ray.topology import lane_envs, lane_routes
+
+    assert lane_envs(1, 8) is None and lane_envs(2, 8) is None  # in turn, as many envs each
+    assert [lane_envs(k, 8) for k in (3, 4, 8, 16, 64)] == [5, 4, 2, 1, 1]
+    t = parse_topology("32a4m4l")
+    routes = lane_routes(t, 1, 16, 2)  # process 1 of 2: samplers 1, 3, ..., 31, a row each
+    assert routes == [(1, [0, 4]), (1, [8, 12]), (2, [1, 5]), (2, [9, 13]), (3, [2, 6]),
+                      (3, [10, 14]), (0, [3, 7]), (0, [11, 15])]
+    for spec, rows, piece in (("32a4m4l", 16, 2), ("16a2m2l", 16, 4), ("8a1m1l", 16, 8),
+                              ("5a3m1l", 15, 3)):
+        routes = lane_routes(parse_topology(spec), 0, rows, piece)
+        assert sorted(r for _, part in routes for r in part) == list(range(rows))
+        assert max(len(part) for _, part in routes) <= piece
+        assert {k for k, _ in routes} == set(range(parse_topology(spec).memories))
+
+
+def test_a_lanes_report_is_one_report_per_logical_sampler():
+    """What a process of lanes collected, as the reports of its logical samplers: steps and
+    seconds shared (their sums and each sampler's time shares kept), episodes and failures
+    once, the fragments under each."""
+    from walle_ray.runtime.sampler_worker import split_lanes
+
+    total = {"sampler": 1, "env_steps": 1000, "collect_s": 3.0, "put_wait_s": 0.3,
+             "weights_wait_s": 0.03, "env_s": 1.5, "act_s": 1.2, "cpu_s": 2.7, "fragments": 4,
+             "episode_returns": [-21.0, -20.0], "episode_lengths": [800, 900],
+             "sampler_restarts": 1, "lost_fragments": 1, "transitions": 0,
+             "policy_version": 7, "explore/temperature": 1.0}
+    reports = split_lanes(total, (1, 3, 5))
+    assert [r["sampler"] for r in reports] == [1, 3, 5]
+    assert [r["env_steps"] for r in reports] == [334, 333, 333]
+    for key in ("collect_s", "put_wait_s", "weights_wait_s", "env_s", "act_s", "cpu_s"):
+        assert sum(r[key] for r in reports) == pytest.approx(total[key])
+        assert reports[1][key] / reports[1]["collect_s"] == pytest.approx(
+            total[key] / total["collect_s"])
+    assert reports[0]["episode_returns"] == [-21.0, -20.0] and reports[2]["episode_lengths"] == []
+    assert [r["sampler_restarts"] for r in reports] == [1, 0, 0]
+    assert [r["lost_fragments"] for r in reports] == [1, 0, 0]
+    assert all(r["fragments"] == 4 and r["policy_version"] == 7
+               and r["explore/temperature"] == 1.0 for r in reports)
+
+
 def test_topology_pack_takes_auto_off_or_a_number():
     from conftest import make_cfg
 

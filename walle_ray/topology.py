@@ -252,7 +252,8 @@ def check_samplers(topo: Topology, algo_name: str, reads_dataset: bool) -> None:
 @dataclass(frozen=True)
 class Packing:
     """Which logical roles share a process: ``samplers[p]`` are the logical samplers process p
-    runs (each keeps its envs, seed, memory and fault accounting), ``memories[q]`` the
+    runs (in turn, each with its envs, seed, memories and fault accounting; more than
+    ``LANES_ABOVE`` of an algorithm that deals rows step together: ``lane_envs``), ``memories[q]`` the
     memories of memory process q, ``learners[g]`` the learner shards of learner process g
     (a process with several computes the mean gradient over their batches, as the
     all-reduce of one process per shard would)."""
@@ -284,6 +285,41 @@ class Packing:
             procs = f"{len(groups)} process{'es' if len(groups) != 1 else ''}"
             parts.append(f"{count} {one if count == 1 else many} in {procs}{each}")
         return ", ".join(parts)
+
+
+# A sampler process steps its logical samplers together once it runs more than this many
+# (``lane_envs``): up to here, it runs them in turn, each with all its envs.
+LANES_ABOVE = 2
+
+
+def lane_envs(samplers: int, envs_per_sampler: int) -> int | None:
+    """The envs each of a sampler process's ``samplers`` logical samplers steps when the
+    process steps them together as lanes of one vector env, one policy call a step for all
+    of them; None where it runs them in turn (``LANES_ABOVE`` or fewer).
+
+    Together, the process steps about twice a sampler's envs: ``2 * envs_per_sampler //
+    samplers`` each, at least one. On a machine with fewer CPUs than samplers, the envs of
+    every logical sampler in turn would each advance a few steps a second, so their episodes
+    (and the return, the mean of the last finished ones) would come minutes late
+    (docs/performance.md, "Many envs on few cores"); one sampler's envs in each process would
+    leave the per-step policy call and the per-fragment Ray call to a few envs each."""
+    if samplers <= LANES_ABOVE:
+        return None
+    return max(1, 2 * envs_per_sampler // samplers)
+
+
+def lane_routes(topo: Topology, first: int, rows: int,
+                piece: int) -> list[tuple[int, list[int]]]:
+    """Where the rows of a sampler process that steps its samplers together go (``lane_envs``):
+    (memory, rows), dealt as ``Topology.routes`` deals the rows of its first logical sampler,
+    ``first``, with all ``rows`` of the process's fragment, so every memory gets a share of
+    every process's data; in pieces of at most ``piece`` rows (what a memory is sized to
+    take at once)."""
+    piece, out = max(1, piece), []
+    for k, part in topo.routes(first, rows):
+        picked = list(range(rows)[part if part is not None else slice(None)])
+        out += [(k, picked[s:s + piece]) for s in range(0, len(picked), piece)]
+    return out
 
 
 def _groups(count: int, processes: int) -> tuple[tuple[int, ...], ...]:

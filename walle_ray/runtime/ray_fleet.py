@@ -19,8 +19,8 @@ from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout,
 from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.runtime.role_setup import make_learners, pins_samplers, role_name, role_resources
 from walle_ray.runtime.stalls import StallWatch
-from walle_ray.topology import (Packing, ResourcePlan, Topology, plan_packing,
-                                sampler_share_left)
+from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_envs, lane_routes,
+                                plan_packing, sampler_share_left)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -129,15 +129,18 @@ class RayFleet:
         sampler's memories. Roles are passed by name: an actor handle among the constructor
         arguments would tie Ray's restart of the sampler to that handle's lifetime
         (ray-project/ray#53727)."""
-        algo = self.algo
-        rows = self.cfg.env.envs_per_sampler if algo.deals_rows else None
-        slots = []
-        for i in self.packing.samplers[p]:
-            cls, args, kwargs = algo.sampler(self.cfg, self.topo, i)
-            routes = () if self.sync else tuple(
-                (remote.MemoryRef(self.memory_names[self._memory_process(k)], k), part)
-                for k, part in self.topo.routes(i, rows))
-            slots.append(remote.SlotSpec(cls, args, kwargs, routes))
+        algo, group = self.algo, self.packing.samplers[p]
+        each = self.lane_envs(p)
+        if each is not None:
+            slots = [self._lanes_slot(group, each, remote)]
+        else:
+            rows = self.cfg.env.envs_per_sampler if algo.deals_rows else None
+            slots = []
+            for i in group:
+                cls, args, kwargs = algo.sampler(self.cfg, self.topo, i)
+                routes = () if self.sync else tuple(
+                    (self._memory_ref(k, remote), part) for k, part in self.topo.routes(i, rows))
+                slots.append(remote.SlotSpec(cls, args, kwargs, routes))
         source = self.weights_source()
         # Watched, a process answers on a thread of its own, and its calls run on one of
         # Ray's pool threads; unwatched (run.stall_s=null), on its main thread.
@@ -145,7 +148,32 @@ class RayFleet:
         return cls.options(
             name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
             resources=role_resources(self.cfg, "sampler"), runtime_env=runtime_env,
-            max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None)
+            max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None,
+                                                       lanes=group if each is not None else None)
+
+    def lane_envs(self, p: int) -> int | None:
+        """The envs of each logical sampler of process p where it steps them together
+        (``topology.lanes``, ``topology.lane_envs``): an asynchronous algorithm whose
+        fragments' rows are dealt across memories. None: in turn."""
+        if self.sync or not self.algo.deals_rows or not self.cfg.topology.lanes:
+            return None
+        return lane_envs(len(self.packing.samplers[p]), int(self.cfg.env.envs_per_sampler))
+
+    def _lanes_slot(self, group: tuple[int, ...], each: int, remote):
+        """One sampler of ``each`` envs per logical sampler of ``group``, as its first one
+        (its index and seed), whose fragments' rows are dealt across the memories
+        (``lane_routes``)."""
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.merge(self.cfg, {"env": {"envs_per_sampler": each * len(group)}})
+        cls, args, kwargs = self.algo.sampler(cfg, self.topo, group[0])
+        piece = -(-int(self.cfg.env.envs_per_sampler) // self.topo.memories)  # as memories are sized
+        routes = tuple((self._memory_ref(k, remote), rows)
+                       for k, rows in lane_routes(self.topo, group[0], each * len(group), piece))
+        return remote.SlotSpec(cls, args, kwargs, routes)
+
+    def _memory_ref(self, k: int, remote):
+        return remote.MemoryRef(self.memory_names[self._memory_process(k)], k)
 
     def weights_source(self) -> str:
         """The name of the process that serves the newest weights: the parameter server,

@@ -58,11 +58,15 @@ class SamplerWorker(Watched, Placed):
     memory and waits while that memory is full.
     """
 
-    def __init__(self, weights_source, slots: list[SlotSpec], pin: int | None = None):
+    def __init__(self, weights_source, slots: list[SlotSpec], pin: int | None = None,
+                 lanes: tuple[int, ...] | None = None):
         """``weights_source`` is the parameter server's handle or name. With ``pin``, the
         samplers and their env threads run on one CPU (``pin_to_cpu``), chosen before any env
-        starts its threads so that they inherit it."""
+        starts its threads so that they inherit it. With ``lanes``, the one slot steps the
+        envs of those logical samplers together (``topology.lane_envs``), and ``run``
+        reports for each of them."""
         self.cpu = pin_to_cpu(pin)
+        self.lanes = lanes
         prepare_process(torch_threads=1)
         self.source = actor_handle(weights_source)
         self.specs = slots
@@ -218,7 +222,7 @@ class SamplerWorker(Watched, Placed):
         with PULSE.waiting("a memory"):
             for owner, ref in pending.values():
                 totals[owner]["put_wait_s"] += ray.get(ref)
-        return totals
+        return totals if self.lanes is None else split_lanes(totals[0], self.lanes)
 
 
 @dataclass
@@ -249,6 +253,38 @@ def _by_process(routes) -> list[tuple[str, Any, list[tuple[int, Any]]]]:
             groups[name] = (name, memory.resolve().actor, [])
         groups[name][2].append((memory.key, rows))
     return list(groups.values())
+
+
+# What a lanes sampler's report shares among its lanes; the rest (fragments, the
+# policy's version and exploration) holds for each of them.
+_SHARED = (*SUMMED_STATS, "put_wait_s", "weights_wait_s")
+_ONCE = ("sampler_restarts", "lost_fragments")  # a failure of the one sampler counts once
+
+
+def split_lanes(total: dict, lanes: tuple[int, ...]) -> list[dict]:
+    """A lanes sampler's ``run`` report as one report per logical sampler: its env steps
+    and seconds shared evenly (so each sampler's shares of its time are the sampler's),
+    the finished episodes and failures under the first, the fragments under each, as
+    each lane's rows made one of each fragment."""
+    n = len(lanes)
+    reports = []
+    for j, i in enumerate(lanes):
+        report = {key: value for key, value in total.items()
+                  if key not in _SHARED and key not in ("episode_returns", "episode_lengths")}
+        report["sampler"] = i
+        for key in _SHARED:
+            if key not in total:
+                continue
+            if key in _ONCE:
+                report[key] = total[key] if j == 0 else 0
+            elif isinstance(total[key], int):
+                report[key] = total[key] // n + (j < total[key] % n)
+            else:
+                report[key] = total[key] / n
+        report["episode_returns"] = total["episode_returns"] if j == 0 else []
+        report["episode_lengths"] = total["episode_lengths"] if j == 0 else []
+        reports.append(report)
+    return reports
 
 
 def _add_stats(total: dict, stats: dict) -> None:

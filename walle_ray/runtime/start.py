@@ -23,7 +23,8 @@ from walle_ray.runtime.auto import Auto, is_auto, plan_auto
 from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
                                           tensors_to_arrays)
 from walle_ray.runtime.run_dir import check_run_dir
-from walle_ray.topology import Topology, check_samplers, parse_topology
+from walle_ray.topology import (LANES_ABOVE, Topology, check_samplers, lane_envs,
+                                parse_topology)
 
 
 @dataclass
@@ -181,9 +182,12 @@ def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
         print(f"walle_ray: {topo} on {cpus:g} CPUs: "
               f"{packing.describe(topo, memories=algo.loop != 'sync')} "
               f"(topology.pack={cfg.topology.pack})", flush=True)
-        crowded = crowded_envs(topo.samplers, cfg.env.envs_per_sampler, cpus)
-        if crowded:
-            print(f"walle_ray: {crowded}", flush=True)
+        envs = int(cfg.env.envs_per_sampler)
+        lanes = algo.deals_rows and cfg.topology.lanes
+        note = (lanes_note(packing, envs) if lanes else None) or crowded_envs(
+            topo.samplers, envs, cpus)
+        if note:
+            print(f"walle_ray: {note}", flush=True)
         check_plan_memory(cfg, algo, topo, packing, processes, cpus, obs_space, action_space,
                           resources)
     fleet = RayFleet(cfg, algo, topo, obs_space, action_space, plan, cfg.run.role_timeout_s,
@@ -213,6 +217,20 @@ def crowded_envs(samplers: int, envs_per_sampler: int, cpus: float) -> str | Non
     return (f"{envs} envs ({samplers} samplers x {envs_per_sampler}) share {cpus:g} CPUs, so "
             "each finishes its episodes slowly and the return and milestones report late by "
             f"about an episode's length; {fewer} samplers or fewer report sooner")
+
+
+def lanes_note(packing, envs_per_sampler: int) -> str | None:
+    """What a run whose sampler processes step their samplers together (``lane_envs``) says
+    at start: how many envs each sampler steps, and in all. None where none does."""
+    each = {len(g): lane_envs(len(g), envs_per_sampler) for g in packing.samplers}
+    if not any(each.values()):
+        return None
+    total = sum(len(g) * (each[len(g)] or envs_per_sampler) for g in packing.samplers)
+    most = max(each, key=lambda k: each[k] or 0)
+    return (f"{most} samplers a process step together, {each[most]} env"
+            f"{'s' if each[most] > 1 else ''} each: {total} envs in all, so their episodes end "
+            "as often as fewer samplers' would (env.envs_per_sampler="
+            f"{envs_per_sampler} holds where a process runs {LANES_ABOVE} samplers or fewer)")
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
