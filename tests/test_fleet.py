@@ -249,8 +249,8 @@ def test_a_fleet_whose_role_stalled_waits_on_it_no_more():
 def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo, spec):
     """On 2 CPUs, PPO's 4a2m2l runs as 2 sampler processes of 2 samplers each and one learner
     process for both shards (its learners take the fragments directly); IMPALA's 6a2m2l as 2
-    sampler processes whose 3 samplers each step together (lanes of 2 * 4 // 3 = 2 envs),
-    one memory process and one learner process. Every logical sampler reports, none is
+    sampler processes whose 3 samplers step 8 envs together (twice a sampler's 4), one memory
+    process and one learner process. Every logical sampler reports, none is
     silent, and the run learns."""
     import json
 
@@ -263,7 +263,7 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
     if algo == "impala":
         assert ("6 samplers in 2 processes (3 each), 2 memories in 1 process (2 each), "
                 "2 learners in 1 process (2 each) (topology.pack=auto)") in out
-        assert "3 samplers a process step together, 2 envs each: 12 envs in all" in out
+        assert "the 3 samplers of a sampler process step 8 envs together: 16 envs in all" in out
     else:
         assert ("4 samplers in 2 processes (2 each), 2 learners in 1 process (2 each) "
                 "(topology.pack=auto)") in out
@@ -277,7 +277,10 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
         report = json.loads((tmp_path / "report.json").read_text())
         samplers = report["samplers"]["per_sampler"]
         assert [s["index"] for s in samplers] == list(range(6))
-        assert all(s["env_steps"] > 0 and s["fragments"] > 0 for s in samplers)
+        # each fragment of a process: 8 envs' steps shared by its 3 samplers (in turn: 4 each)
+        steps = make_cfg("algo=impala", "~preset").algo.fragment_length
+        assert all(s["fragments"] > 0 and abs(s["env_steps"] / s["fragments"] - 8 * steps / 3) < 1
+                   for s in samplers), samplers
         assert sum(s["env_steps"] for s in samplers) == report["run"]["env_steps"]
         assert not report["silent_samplers"]
         assert {int(k) for k in report["totals"]["memories"]} == {0, 1}
@@ -334,18 +337,25 @@ def test_envs_that_crowd_the_cpus_get_a_note_at_start():
 
 def test_samplers_that_step_together_say_so_at_start():
     """32a4m4l's IMPALA on 2 CPUs steps 32 envs, not 256 (``topology.lanes``): the run says
-    how many each sampler steps; 2a1m1l, each of whose processes runs one, says nothing."""
+    how many each sampler process steps; 2a1m1l, each of whose processes runs one sampler,
+    PPO, and IMPALA with topology.lanes=false say nothing of it."""
     from walle_ray.runtime.start import lanes_note
     from walle_ray.topology import plan_packing
 
-    t = parse_topology("32a4m4l")
-    assert lanes_note(plan_packing(t, 2), 8) == (
-        "16 samplers a process step together, 1 env each: 32 envs in all, so their episodes "
-        "end as often as fewer samplers' would (env.envs_per_sampler=8 holds where a process "
-        "runs 2 samplers or fewer)")
-    assert lanes_note(plan_packing(t, 64), 8) is None  # a process per sampler
-    assert lanes_note(plan_packing(parse_topology("2a1m1l"), 2), 8) is None
-    assert "4 envs each: 32 envs" in lanes_note(plan_packing(parse_topology("8a1m1l"), 2), 8)
+    def note(spec: str, cpus: int, *overrides: str):
+        cfg = make_cfg("algo=impala", "env=pong", f"topology={spec}", *overrides)
+        topo = parse_topology(spec)
+        return lanes_note(cfg, algorithm_for(cfg.algo), topo, plan_packing(topo, cpus))
+
+    assert note("32a4m4l", 2) == (
+        "the 16 samplers of a sampler process step 16 envs together: 32 envs in all, so their "
+        "episodes end as often as fewer samplers' would (env.envs_per_sampler=8 holds where a "
+        "process runs 2 samplers or fewer; topology.lanes=false keeps it everywhere)")
+    assert note("32a4m4l", 64) is None  # a process per sampler
+    assert note("2a1m1l", 2) is None and note("32a4m4l", 2, "topology.lanes=false") is None
+    assert note("32a4m4l", 2, "algo=ppo") is None
+    assert "the 7 samplers of a sampler process step 16 envs together: 80 envs" in note(
+        "32a4m4l", 5)  # processes of 7, 7, 6, 6 and 6 samplers, 16 envs each
 
 
 def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkeypatch):

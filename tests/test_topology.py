@@ -106,23 +106,49 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
 
 
 def test_a_process_of_many_samplers_steps_them_together_and_deals_their_rows():
-    """More than two logical samplers in a process step together, about twice a sampler's
-    envs in all; their rows are dealt across every memory, in pieces no bigger than the
-    memories are sized for, each row once."""
-    from walle_ray.topology import lane_envs, lane_routes
+    """More than two logical samplers in a process step together: about twice a sampler's
+    envs, at least one each, a multiple of the memories. Their rows are dealt across every
+    memory in equal shares, in pieces no bigger than the memories are sized for, each row
+    once, on every process of a packing however uneven."""
+    from walle_ray.topology import lane_envs, lane_routes, plan_packing
 
-    assert lane_envs(1, 8) is None and lane_envs(2, 8) is None  # in turn, as many envs each
-    assert [lane_envs(k, 8) for k in (3, 4, 8, 16, 64)] == [5, 4, 2, 1, 1]
+    assert lane_envs(1, 8, 4) is None and lane_envs(2, 8, 4) is None  # in turn
+    assert [lane_envs(k, 8, 4) for k in (3, 4, 8, 16, 17, 64)] == [16, 16, 16, 16, 20, 64]
+    assert lane_envs(3, 4, 2) == 8 and lane_envs(7, 1, 3) == 9
     t = parse_topology("32a4m4l")
-    routes = lane_routes(t, 1, 16, 2)  # process 1 of 2: samplers 1, 3, ..., 31, a row each
+    routes = lane_routes(t, 1, 16, 2)  # process 1 of 2: samplers 1, 3, ..., 31
     assert routes == [(1, [0, 4]), (1, [8, 12]), (2, [1, 5]), (2, [9, 13]), (3, [2, 6]),
                       (3, [10, 14]), (0, [3, 7]), (0, [11, 15])]
-    for spec, rows, piece in (("32a4m4l", 16, 2), ("16a2m2l", 16, 4), ("8a1m1l", 16, 8),
-                              ("5a3m1l", 15, 3)):
-        routes = lane_routes(parse_topology(spec), 0, rows, piece)
-        assert sorted(r for _, part in routes for r in part) == list(range(rows))
-        assert max(len(part) for _, part in routes) <= piece
-        assert {k for k, _ in routes} == set(range(parse_topology(spec).memories))
+    for spec, envs, cpus in (("32a4m4l", 8, 2), ("32a4m4l", 8, 3), ("32a4m4l", 8, 5),
+                             ("12a4m4l", 4, 2), ("6a4m4l", 8, 2), ("16a2m2l", 8, 2),
+                             ("8a1m1l", 8, 2), ("9a3m1l", 1, 2)):
+        topo = parse_topology(spec)
+        piece = -(-envs // topo.memories)
+        for group in plan_packing(topo, cpus).samplers:
+            rows = lane_envs(len(group), envs, topo.memories)
+            routes = lane_routes(topo, group[0], rows, piece)
+            assert sorted(r for _, part in routes for r in part) == list(range(rows))
+            assert max(len(part) for _, part in routes) <= piece
+            shares = [sum(len(part) for k, part in routes if k == m) for m in range(topo.memories)]
+            assert shares == [rows // topo.memories] * topo.memories, (spec, cpus, group, shares)
+
+
+def test_only_impala_steps_a_process_of_samplers_together():
+    """PPO's batch is its samplers' envs times the fragment and Ape-X's samplers each explore
+    with their own epsilon: theirs keep their envs, as do IMPALA's with topology.lanes=false."""
+    from conftest import make_cfg
+    from walle_ray.algos import algorithm_for
+    from walle_ray.runtime.role_setup import process_lanes
+
+    group = tuple(range(0, 32, 2))
+    for overrides, rows in ((["algo=impala", "env=pong"], 16),
+                            (["algo=impala", "env=pong", "topology.lanes=false"], None),
+                            (["algo=ppo"], None), (["algo=apex"], None)):
+        cfg = make_cfg(*overrides, "topology=32a4m4l")
+        topo = parse_topology(cfg.topology.spec)
+        assert process_lanes(cfg, algorithm_for(cfg.algo), topo, group) == rows, overrides
+    cfg = make_cfg("algo=impala", "env=pong", "topology=32a4m4l")
+    assert process_lanes(cfg, algorithm_for(cfg.algo), parse_topology("32a4m4l"), (0, 2)) is None
 
 
 def test_a_lanes_report_is_one_report_per_logical_sampler():

@@ -292,29 +292,32 @@ class Packing:
 LANES_ABOVE = 2
 
 
-def lane_envs(samplers: int, envs_per_sampler: int) -> int | None:
-    """The envs each of a sampler process's ``samplers`` logical samplers steps when the
-    process steps them together as lanes of one vector env, one policy call a step for all
-    of them; None where it runs them in turn (``LANES_ABOVE`` or fewer).
+def lane_envs(samplers: int, envs_per_sampler: int, memories: int) -> int | None:
+    """The envs a sampler process of ``samplers`` logical samplers steps together, as one
+    vector env with one policy call a step for all of them; None where it runs them in turn
+    (``LANES_ABOVE`` or fewer).
 
-    Together, the process steps about twice a sampler's envs: ``2 * envs_per_sampler //
-    samplers`` each, at least one. On a machine with fewer CPUs than samplers, the envs of
-    every logical sampler in turn would each advance a few steps a second, so their episodes
-    (and the return, the mean of the last finished ones) would come minutes late
-    (docs/performance.md, "Many envs on few cores"); one sampler's envs in each process would
-    leave the per-step policy call and the per-fragment Ray call to a few envs each."""
+    Together, the process steps about twice a sampler's envs (``2 * envs_per_sampler``), at
+    least one for each of its samplers, rounded up to a multiple of ``memories`` so that
+    every memory takes the same share of each of its fragments (``lane_routes``). On a
+    machine with fewer CPUs than samplers, the envs of every logical sampler in turn would
+    each advance a few steps a second, so their episodes (and the return, the mean of the
+    last finished ones) would come minutes late (docs/performance.md, "Many envs on few
+    cores"); one sampler's envs in each process would leave the per-step policy call and
+    the per-fragment Ray call to a few envs each."""
     if samplers <= LANES_ABOVE:
         return None
-    return max(1, 2 * envs_per_sampler // samplers)
+    envs, memories = max(samplers, 2 * envs_per_sampler), max(1, memories)
+    return -(-envs // memories) * memories
 
 
 def lane_routes(topo: Topology, first: int, rows: int,
                 piece: int) -> list[tuple[int, list[int]]]:
     """Where the rows of a sampler process that steps its samplers together go (``lane_envs``):
     (memory, rows), dealt as ``Topology.routes`` deals the rows of its first logical sampler,
-    ``first``, with all ``rows`` of the process's fragment, so every memory gets a share of
-    every process's data; in pieces of at most ``piece`` rows (what a memory is sized to
-    take at once)."""
+    ``first``, with all ``rows`` of the process's fragment, so every memory gets an equal
+    share of every process's data when ``rows`` is a multiple of the memories; in pieces of
+    at most ``piece`` rows (what a memory is sized to take at once)."""
     piece, out = max(1, piece), []
     for k, part in topo.routes(first, rows):
         picked = list(range(rows)[part if part is not None else slice(None)])

@@ -116,6 +116,8 @@ class LocalFleet:
     An asynchronous step is one fragment per sampler, then every update the memories can
     serve (capped per step where a memory is ``free_running``)."""
 
+    lanes = frozenset()  # its samplers step in turn (``RayFleet.lanes``)
+
     def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
         prepare_process(cfg.learner.torch_threads or 1)  # the driver is every role's process

@@ -17,10 +17,11 @@ from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout,
                                      capped, count_faults, new_faults, offline_updates_left,
                                      role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.runtime.role_setup import make_learners, pins_samplers, role_name, role_resources
+from walle_ray.runtime.role_setup import (make_learners, pins_samplers, process_lanes,
+                                         role_name, role_resources)
 from walle_ray.runtime.stalls import StallWatch
-from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_envs, lane_routes,
-                                plan_packing, sampler_share_left)
+from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_routes, plan_packing,
+                                sampler_share_left)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -84,6 +85,11 @@ class RayFleet:
         pin = pins_samplers(cfg, len(self.packing.samplers), plan.cluster_cpus)
         runtime_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
         self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
+        # The envs each sampler process steps together (None: its samplers in turn), and the
+        # logical samplers that step so, which feed every memory (``RunTimes``).
+        self.lane_rows = [process_lanes(cfg, algo, topo, group) for group in self.packing.samplers]
+        self.lanes = frozenset(i for group, rows in zip(self.packing.samplers, self.lane_rows)
+                               if rows is not None for i in group)
         self.samplers = [self._make_sampler(p, pin, runtime_env, remote)
                          for p in range(len(self.packing.samplers))]
         if not self.sync:
@@ -130,9 +136,9 @@ class RayFleet:
         arguments would tie Ray's restart of the sampler to that handle's lifetime
         (ray-project/ray#53727)."""
         algo, group = self.algo, self.packing.samplers[p]
-        each = self.lane_envs(p)
-        if each is not None:
-            slots = [self._lanes_slot(group, each, remote)]
+        lanes = self.lane_rows[p]
+        if lanes is not None:
+            slots = [self._lanes_slot(group, lanes, remote)]
         else:
             rows = self.cfg.env.envs_per_sampler if algo.deals_rows else None
             slots = []
@@ -149,27 +155,19 @@ class RayFleet:
             name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
             resources=role_resources(self.cfg, "sampler"), runtime_env=runtime_env,
             max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None,
-                                                       lanes=group if each is not None else None)
+                                                       lanes=group if lanes is not None else None)
 
-    def lane_envs(self, p: int) -> int | None:
-        """The envs of each logical sampler of process p where it steps them together
-        (``topology.lanes``, ``topology.lane_envs``): an asynchronous algorithm whose
-        fragments' rows are dealt across memories. None: in turn."""
-        if self.sync or not self.algo.deals_rows or not self.cfg.topology.lanes:
-            return None
-        return lane_envs(len(self.packing.samplers[p]), int(self.cfg.env.envs_per_sampler))
-
-    def _lanes_slot(self, group: tuple[int, ...], each: int, remote):
-        """One sampler of ``each`` envs per logical sampler of ``group``, as its first one
-        (its index and seed), whose fragments' rows are dealt across the memories
-        (``lane_routes``)."""
+    def _lanes_slot(self, group: tuple[int, ...], envs: int, remote):
+        """One sampler of ``envs`` envs for the logical samplers of ``group`` (``process_lanes``),
+        as their first one (its index and seed), whose fragments' rows are dealt across the
+        memories (``lane_routes``)."""
         from omegaconf import OmegaConf
 
-        cfg = OmegaConf.merge(self.cfg, {"env": {"envs_per_sampler": each * len(group)}})
+        cfg = OmegaConf.merge(self.cfg, {"env": {"envs_per_sampler": envs}})
         cls, args, kwargs = self.algo.sampler(cfg, self.topo, group[0])
         piece = -(-int(self.cfg.env.envs_per_sampler) // self.topo.memories)  # as memories are sized
         routes = tuple((self._memory_ref(k, remote), rows)
-                       for k, rows in lane_routes(self.topo, group[0], each * len(group), piece))
+                       for k, rows in lane_routes(self.topo, group[0], envs, piece))
         return remote.SlotSpec(cls, args, kwargs, routes)
 
     def _memory_ref(self, k: int, remote):
@@ -212,8 +210,9 @@ class RayFleet:
     def _fragments_per_call(self, p: int) -> int:
         """Fragments each sampler of process p collects per call: ``algo.fragments_per_call``
         per process, at least one per sampler, so a packed process reports as often as one
-        sampler would."""
-        return max(1, -(-self.cfg.algo.fragments_per_call // len(self.packing.samplers[p])))
+        sampler would; a process whose samplers step together is one sampler here."""
+        slots = 1 if self.lane_rows[p] is not None else len(self.packing.samplers[p])
+        return max(1, -(-self.cfg.algo.fragments_per_call // slots))
 
     def _call_sampler(self, p: int) -> None:
         if self.sync:
@@ -241,7 +240,8 @@ class RayFleet:
         if self.deaths[p] > self.MAX_DEATHS:
             raise RoleFailed(f"{self.sampler_names[p].removeprefix('walle/')} keeps dying "
                              f"({first_line(exc)})")
-        samplers = len(self.packing.samplers[p])
+        # samplers that step together lose one sampler's call, as an env failure counts them
+        samplers = 1 if self.lane_rows[p] is not None else len(self.packing.samplers[p])
         self.faults["sampler_restarts"] += samplers
         self.faults["lost_fragments"] += samplers * (1 if self.sync else self._fragments_per_call(p))
         self.restarting[p] = time.monotonic() + 0.2

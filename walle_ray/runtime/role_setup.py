@@ -1,6 +1,6 @@
 """How ``RayFleet`` (``runtime/ray_fleet.py``) starts its role processes: their actor names,
-the Ray resources and torch threads each asks for, whether samplers are pinned, and the
-learner processes with their torch.distributed group.
+the Ray resources and torch threads each asks for, whether samplers are pinned or step
+together, and the learner processes with their torch.distributed group.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from walle_ray.runtime.fleet import RoleTimeout
 from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.topology import Packing, ResourcePlan
+from walle_ray.topology import Packing, ResourcePlan, Topology, lane_envs
 
 if TYPE_CHECKING:
     from walle_ray.algos.spec import Algorithm
@@ -132,3 +132,15 @@ def pins_samplers(cfg: DictConfig, processes: int, cluster_cpus: float) -> bool:
     cannot move away from each other or the learner (docs/performance.md, "Pinning
     samplers")."""
     return bool(cfg.topology.pin_samplers) and processes <= cluster_cpus
+
+
+def process_lanes(cfg: DictConfig, algo: Algorithm, topo: Topology,
+                  group: tuple[int, ...]) -> int | None:
+    """The envs a sampler process running the logical samplers ``group`` steps together
+    (``topology.lanes``, ``topology.lane_envs``), or None where it runs them in turn: only an
+    asynchronous algorithm whose fragments' rows are dealt across memories (IMPALA) steps
+    them together. Synchronous PPO's batch is its samplers' envs times the fragment, and
+    Ape-X's samplers each explore with their own epsilon, so theirs keep their envs."""
+    if algo.loop == "sync" or not algo.deals_rows or not cfg.topology.lanes:
+        return None
+    return lane_envs(len(group), int(cfg.env.envs_per_sampler), topo.memories)

@@ -37,9 +37,10 @@ def pin_to_cpu(slot: int | None) -> int | None:
 
 @dataclass(frozen=True)
 class SlotSpec:
-    """One logical sampler of a sampler process: the class and arguments the algorithm names
+    """One sampler of a sampler process: the class and arguments the algorithm names
     (``Algorithm.sampler_spec``) and, for an asynchronous algorithm, where its fragments go:
-    (memory, the rows of each fragment it takes, None for all) pairs (``Topology.routes``)."""
+    (memory, the rows of each fragment it takes: a slice, a list, or None for all) pairs
+    (``Topology.routes``; for samplers stepping together, ``topology.lane_routes``)."""
 
     cls: type
     args: tuple
@@ -49,9 +50,10 @@ class SlotSpec:
 
 class SamplerWorker(Watched, Placed):
     """One sampler process running one or more logical samplers (``topology.pack``), each with
-    its own envs, seed, memory and fault accounting, in turn. The process keeps the newest
-    weights it has pulled from the parameter server, and gives each sampler them before its
-    next fragment.
+    its own envs, seed, memory and fault accounting, in turn; or, with ``lanes``, one sampler
+    that steps the envs of several logical samplers together (``process_lanes``), its reports
+    split among them. The process keeps the newest weights it has pulled from the parameter
+    server, and gives each sampler them before its next fragment.
 
     Synchronous algorithms call ``collect`` (a fragment of every sampler, routed by the
     caller); asynchronous ones call ``run``, which pushes fragments into each sampler's
@@ -178,7 +180,7 @@ class SamplerWorker(Watched, Placed):
     def run(self, num_fragments: int) -> list[dict]:
         """``num_fragments`` fragments of each sampler, in turn, into its memories (a
         fragment's rows dealt across them, or whole: ``Topology.routes``). Returns one report
-        per sampler.
+        per logical sampler (``split_lanes`` where they step together).
 
         This process keeps at most one put in flight to each memory process (one call for
         the pieces of a fragment that go to its memories): before it puts there again it
@@ -190,12 +192,16 @@ class SamplerWorker(Watched, Placed):
         Each fragment starts from the newest weights published until shortly before it
         (``refresh``): asking for them a few steps ahead hides the round trip without the
         fragment of policy lag a request left in flight for a whole fragment would add (which
-        cost IMPALA on CartPole more env steps to learn); after a wait for a memory they are
-        asked for again."""
+        cost IMPALA on CartPole more env steps to learn); at the start of a call and after a
+        wait for a memory they are asked for again."""
         totals = [{"env_steps": 0, "episode_returns": [], "episode_lengths": [],
                    "collect_s": 0.0, "put_wait_s": 0.0, "fragments": 0, "weights_wait_s": 0.0}
                   for _ in self.specs]
-        self.asked = None  # an answer from before this call is stale
+        # An answer from before this call is stale: ask again, so the call's first fragment
+        # starts from the newest weights (a process of one sampler collecting one fragment a
+        # call would otherwise never take newer ones).
+        if self.weights is not None:
+            self._ask(again=True)
         pending: dict = {}  # memory process -> (the sampler that put, its put's ref)
         for _ in range(num_fragments):
             for s in range(len(self.specs)):

@@ -22,9 +22,9 @@ from walle_ray.models.user import check_user_model
 from walle_ray.runtime.auto import Auto, is_auto, plan_auto
 from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
                                           tensors_to_arrays)
+from walle_ray.runtime.role_setup import process_lanes
 from walle_ray.runtime.run_dir import check_run_dir
-from walle_ray.topology import (LANES_ABOVE, Topology, check_samplers, lane_envs,
-                                parse_topology)
+from walle_ray.topology import LANES_ABOVE, Topology, check_samplers, parse_topology
 
 
 @dataclass
@@ -182,10 +182,8 @@ def make_fleet(cfg: DictConfig, algo: Algorithm, topo, obs_space, action_space,
         print(f"walle_ray: {topo} on {cpus:g} CPUs: "
               f"{packing.describe(topo, memories=algo.loop != 'sync')} "
               f"(topology.pack={cfg.topology.pack})", flush=True)
-        envs = int(cfg.env.envs_per_sampler)
-        lanes = algo.deals_rows and cfg.topology.lanes
-        note = (lanes_note(packing, envs) if lanes else None) or crowded_envs(
-            topo.samplers, envs, cpus)
+        note = lanes_note(cfg, algo, topo, packing) or crowded_envs(
+            topo.samplers, int(cfg.env.envs_per_sampler), cpus)
         if note:
             print(f"walle_ray: {note}", flush=True)
         check_plan_memory(cfg, algo, topo, packing, processes, cpus, obs_space, action_space,
@@ -219,18 +217,20 @@ def crowded_envs(samplers: int, envs_per_sampler: int, cpus: float) -> str | Non
             f"about an episode's length; {fewer} samplers or fewer report sooner")
 
 
-def lanes_note(packing, envs_per_sampler: int) -> str | None:
-    """What a run whose sampler processes step their samplers together (``lane_envs``) says
-    at start: how many envs each sampler steps, and in all. None where none does."""
-    each = {len(g): lane_envs(len(g), envs_per_sampler) for g in packing.samplers}
-    if not any(each.values()):
+def lanes_note(cfg: DictConfig, algo: Algorithm, topo: Topology, packing) -> str | None:
+    """What a run whose sampler processes step their samplers together (``process_lanes``)
+    says at start: how many envs the biggest process steps, and how many in all. None where
+    none does."""
+    lanes = [process_lanes(cfg, algo, topo, group) for group in packing.samplers]
+    if not any(lanes):
         return None
-    total = sum(len(g) * (each[len(g)] or envs_per_sampler) for g in packing.samplers)
-    most = max(each, key=lambda k: each[k] or 0)
-    return (f"{most} samplers a process step together, {each[most]} env"
-            f"{'s' if each[most] > 1 else ''} each: {total} envs in all, so their episodes end "
-            "as often as fewer samplers' would (env.envs_per_sampler="
-            f"{envs_per_sampler} holds where a process runs {LANES_ABOVE} samplers or fewer)")
+    envs = int(cfg.env.envs_per_sampler)
+    total = sum(rows or len(group) * envs for group, rows in zip(packing.samplers, lanes))
+    most = max(range(len(lanes)), key=lambda p: (lanes[p] or 0, len(packing.samplers[p])))
+    return (f"the {len(packing.samplers[most])} samplers of a sampler process step {lanes[most]} "
+            f"envs together: {total} envs in all, so their episodes end as often as fewer "
+            f"samplers' would (env.envs_per_sampler={envs} holds where a process runs "
+            f"{LANES_ABOVE} samplers or fewer; topology.lanes=false keeps it everywhere)")
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:

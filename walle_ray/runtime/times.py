@@ -32,10 +32,17 @@ def memory_fill(stats: dict) -> tuple[float, float]:
     return float(fill), float(size)
 
 
-def run_meta(cfg, algo, topo) -> tuple[dict, object]:
-    """A run's names for its report, and the memories sampler i writes to."""
+def run_meta(cfg, algo, topo, lanes: frozenset = frozenset()) -> tuple[dict, object]:
+    """A run's names for its report, and the memories sampler i writes to: a sampler in
+    ``lanes`` steps with the others of its process, whose rows go to every memory
+    (``topology.lane_routes``)."""
     rows = cfg.env.envs_per_sampler if algo.deals_rows else None
-    routes = [topo.memories_of_sampler(i, rows) for i in range(topo.samplers)]
+    every = list(range(topo.memories))
+
+    def memories_of(i: int) -> list[int]:
+        return every if i in lanes else topo.memories_of_sampler(i, rows)
+
+    routes = [memories_of(i) for i in range(topo.samplers)]
     feeders = [sum(k in r for r in routes) for k in range(topo.memories)]
     if algo.reads_dataset:  # no samplers, whatever the topology says (topology=local)
         feeders = [0] * topo.memories
@@ -46,7 +53,7 @@ def run_meta(cfg, algo, topo) -> tuple[dict, object]:
             "gpu": not topo.local and cfg.learner.num_gpus > 0,
             # a synchronous iteration's pieces of work dealt among the samplers (ES's pairs)
             "split_work": algo.work_pieces(cfg)}
-    return meta, (lambda i: topo.memories_of_sampler(i, rows))
+    return meta, memories_of
 
 
 class RunTimes:
@@ -76,10 +83,12 @@ class RunTimes:
         self.learning = False
 
     @classmethod
-    def for_run(cls, cfg, algo, topo, run_dir: Path, resumed: bool) -> "RunTimes":
-        """The accumulator of a run with this config, algorithm and topology; a resumed run
-        picks up the totals of ``<run dir>/report.json`` (or of the run it resumes from)."""
-        meta, memories_of_sampler = run_meta(cfg, algo, topo)
+    def for_run(cls, cfg, algo, topo, run_dir: Path, resumed: bool,
+                lanes: frozenset = frozenset()) -> "RunTimes":
+        """The accumulator of a run with this config, algorithm and topology (``lanes``: the
+        samplers that step together, ``run_meta``); a resumed run picks up the totals of
+        ``<run dir>/report.json`` (or of the run it resumes from)."""
+        meta, memories_of_sampler = run_meta(cfg, algo, topo, lanes)
         previous = None
         if resumed:
             source = Path(cfg.run.resume)
@@ -89,10 +98,11 @@ class RunTimes:
                     break
         return cls(meta, memories_of_sampler, previous)
 
-    def replanned(self, cfg, algo, topo) -> None:
-        """The run goes on with another topology (``topology=auto`` re-planned): its names and
-        routes are the new topology's from now on."""
-        meta, self.memories_of_sampler = run_meta(cfg, algo, topo)
+    def replanned(self, cfg, algo, topo, lanes: frozenset = frozenset()) -> None:
+        """The run goes on with rebuilt roles (another topology where ``topology=auto``
+        re-planned, other processes on the cluster of now): its names and routes are the
+        new fleet's from now on."""
+        meta, self.memories_of_sampler = run_meta(cfg, algo, topo, lanes)
         self.meta.update(meta)
 
     def add_sampler(self, report: dict) -> None:

@@ -126,7 +126,7 @@ class Run:
                                  cfg.logger.print_every_s)
         self.milestones = Milestones(milestone_targets(cfg.run), counters, fleet_now, self.window)
         self.times = RunTimes.for_run(cfg, self.algo, self.topo, self.run_dir,
-                                      resumed=start.ckpt is not None)
+                                      resumed=start.ckpt is not None, lanes=self.fleet.lanes)
         if auto is not None:
             self.times.meta["auto"] = auto.to_json()
         self.times.meta["cpus"] = (auto.cpus if auto is not None else
@@ -165,12 +165,12 @@ class Run:
         if replanned:  # the run's config and report say what runs now
             self.topo = parse_topology(cfg.topology.spec)
             write_text_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-            self.times.replanned(cfg, self.algo, self.topo)
         if self.auto is not None:
             self.times.meta.update(auto=self.auto.to_json(), cpus=self.auto.cpus)
         self.fleet = make_fleet(cfg, self.algo, self.topo, self.start.obs_space,
                                 self.start.action_space, namespace=self.namespace,
                                 first=replanned, stall_dir=self.run_dir / "stalls")
+        self.times.replanned(cfg, self.algo, self.topo, self.fleet.lanes)
         self.fleet.faults = faults
         self.fleet.faults["role_restarts"] = counters.get("restarts", 0)
         last = self.run_dir / "checkpoints" / "last.pt"
