@@ -167,11 +167,19 @@ def score_run(run_dir: Path, overrides: list[str], target: float, minutes: float
 
 
 def envs_of(run_dir: Path) -> int | None:
-    """How many envs a run stepped in all (samplers x env.envs_per_sampler), from its config."""
+    """How many envs a run stepped in all: its report's (``run.envs``: samplers that step
+    together step fewer), else samplers x env.envs_per_sampler from its config."""
+    import json
+
     import yaml
 
     from walle_ray.topology import parse_topology
 
+    report = run_dir / "report.json"
+    if report.is_file():
+        envs = json.loads(report.read_text()).get("run", {}).get("envs")
+        if envs:
+            return int(envs)
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None

@@ -282,7 +282,7 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
         assert all(s["fragments"] > 0 and abs(s["env_steps"] / s["fragments"] - 8 * steps / 3) < 1
                    for s in samplers), samplers
         assert sum(s["env_steps"] for s in samplers) == report["run"]["env_steps"]
-        assert not report["silent_samplers"]
+        assert not report["silent_samplers"] and report["run"]["envs"] == 16  # 8 a process
         assert {int(k) for k in report["totals"]["memories"]} == {0, 1}
 
 

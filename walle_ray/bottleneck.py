@@ -303,7 +303,7 @@ def build_report(totals: dict, meta: dict, counters: dict | None = None,
     report = {
         "format": FORMAT_VERSION,
         "run": {**{k: meta.get(k) for k in ("algo", "env", "topology", "loop", "local",
-                                             "learners", "cpus", "split_work")},
+                                             "learners", "cpus", "split_work", "envs")},
                 "segments": totals.get("segments", 1), "wall_s": wall,
                 "env_steps": counters.get("env_steps", sum(s["env_steps"] for s in
                                                            samplers["per_sampler"])),

@@ -127,6 +127,7 @@ class LocalFleet:
         self.offline = algo.reads_dataset  # topology=local: its one sampler is not made
         self.samplers = [RestartingSampler(*algo.sampler(cfg, topo, i))
                          for i in range(0 if self.offline else topo.samplers)]
+        self.envs = len(self.samplers) * int(cfg.env.envs_per_sampler)  # stepped in all
         self.faults = new_faults()
         self.learner = algo.build_learner(cfg, obs_space, action_space)
         self.ps = ParameterServer()

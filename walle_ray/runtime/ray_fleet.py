@@ -90,6 +90,8 @@ class RayFleet:
         self.lane_rows = [process_lanes(cfg, algo, topo, group) for group in self.packing.samplers]
         self.lanes = frozenset(i for group, rows in zip(self.packing.samplers, self.lane_rows)
                                if rows is not None for i in group)
+        self.envs = sum(len(group) * int(cfg.env.envs_per_sampler) if rows is None else rows
+                        for group, rows in zip(self.packing.samplers, self.lane_rows))
         self.samplers = [self._make_sampler(p, pin, runtime_env, remote)
                          for p in range(len(self.packing.samplers))]
         if not self.sync:

@@ -127,6 +127,7 @@ class Run:
         self.milestones = Milestones(milestone_targets(cfg.run), counters, fleet_now, self.window)
         self.times = RunTimes.for_run(cfg, self.algo, self.topo, self.run_dir,
                                       resumed=start.ckpt is not None, lanes=self.fleet.lanes)
+        self.times.meta["envs"] = self.fleet.envs
         if auto is not None:
             self.times.meta["auto"] = auto.to_json()
         self.times.meta["cpus"] = (auto.cpus if auto is not None else
@@ -171,6 +172,7 @@ class Run:
                                 self.start.action_space, namespace=self.namespace,
                                 first=replanned, stall_dir=self.run_dir / "stalls")
         self.times.replanned(cfg, self.algo, self.topo, self.fleet.lanes)
+        self.times.meta["envs"] = self.fleet.envs
         self.fleet.faults = faults
         self.fleet.faults["role_restarts"] = counters.get("restarts", 0)
         last = self.run_dir / "checkpoints" / "last.pt"
