@@ -17,8 +17,8 @@ from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout,
                                      capped, count_faults, new_faults, offline_updates_left,
                                      role_failed, timed_update)
 from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.runtime.role_setup import (make_learners, pins_samplers, process_lanes,
-                                         role_name, role_resources)
+from walle_ray.runtime.role_setup import (make_learners, pins_samplers, role_name,
+                                         role_resources, sampler_envs)
 from walle_ray.runtime.stalls import StallWatch
 from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_routes, plan_packing,
                                 sampler_share_left)
@@ -87,11 +87,9 @@ class RayFleet:
         self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
         # The envs each sampler process steps together (None: its samplers in turn), and the
         # logical samplers that step so, which feed every memory (``RunTimes``).
-        self.lane_rows = [process_lanes(cfg, algo, topo, group) for group in self.packing.samplers]
+        self.lane_rows, self.envs = sampler_envs(cfg, algo, topo, self.packing)
         self.lanes = frozenset(i for group, rows in zip(self.packing.samplers, self.lane_rows)
                                if rows is not None for i in group)
-        self.envs = sum(len(group) * int(cfg.env.envs_per_sampler) if rows is None else rows
-                        for group, rows in zip(self.packing.samplers, self.lane_rows))
         self.samplers = [self._make_sampler(p, pin, runtime_env, remote)
                          for p in range(len(self.packing.samplers))]
         if not self.sync:

@@ -144,3 +144,13 @@ def process_lanes(cfg: DictConfig, algo: Algorithm, topo: Topology,
     if algo.loop == "sync" or not algo.deals_rows or not cfg.topology.lanes:
         return None
     return lane_envs(len(group), int(cfg.env.envs_per_sampler), topo.memories)
+
+
+def sampler_envs(cfg: DictConfig, algo: Algorithm, topo: Topology,
+                 packing: Packing) -> tuple[list[int | None], int]:
+    """For each sampler process, the envs it steps together (``process_lanes``; None: its
+    samplers in turn, each with ``env.envs_per_sampler``), and the envs all of them step."""
+    lanes = [process_lanes(cfg, algo, topo, group) for group in packing.samplers]
+    envs = int(cfg.env.envs_per_sampler)
+    return lanes, sum(len(group) * envs if rows is None else rows
+                      for group, rows in zip(packing.samplers, lanes))

@@ -22,7 +22,7 @@ from walle_ray.models.user import check_user_model
 from walle_ray.runtime.auto import Auto, is_auto, plan_auto
 from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_checkpoint,
                                           tensors_to_arrays)
-from walle_ray.runtime.role_setup import process_lanes
+from walle_ray.runtime.role_setup import sampler_envs
 from walle_ray.runtime.run_dir import check_run_dir
 from walle_ray.topology import LANES_ABOVE, Topology, check_samplers, parse_topology
 
@@ -218,14 +218,13 @@ def crowded_envs(samplers: int, envs_per_sampler: int, cpus: float) -> str | Non
 
 
 def lanes_note(cfg: DictConfig, algo: Algorithm, topo: Topology, packing) -> str | None:
-    """What a run whose sampler processes step their samplers together (``process_lanes``)
+    """What a run whose sampler processes step their samplers together (``sampler_envs``)
     says at start: how many envs the biggest process steps, and how many in all. None where
     none does."""
-    lanes = [process_lanes(cfg, algo, topo, group) for group in packing.samplers]
+    lanes, total = sampler_envs(cfg, algo, topo, packing)
     if not any(lanes):
         return None
     envs = int(cfg.env.envs_per_sampler)
-    total = sum(rows or len(group) * envs for group, rows in zip(packing.samplers, lanes))
     most = max(range(len(lanes)), key=lambda p: (lanes[p] or 0, len(packing.samplers[p])))
     return (f"the {len(packing.samplers[most])} samplers of a sampler process step {lanes[most]} "
             f"envs together: {total} envs in all, so their episodes end as often as fewer "

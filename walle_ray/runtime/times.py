@@ -32,10 +32,11 @@ def memory_fill(stats: dict) -> tuple[float, float]:
     return float(fill), float(size)
 
 
-def run_meta(cfg, algo, topo, lanes: frozenset = frozenset()) -> tuple[dict, object]:
-    """A run's names for its report, and the memories sampler i writes to: a sampler in
-    ``lanes`` steps with the others of its process, whose rows go to every memory
-    (``topology.lane_routes``)."""
+def run_meta(cfg, algo, topo, fleet=None) -> tuple[dict, object]:
+    """A run's names for its report, and the memories sampler i writes to; with its
+    ``fleet``, the envs it steps in all, and a sampler that steps with the others of its
+    process (``fleet.lanes``) writes to every memory (``topology.lane_routes``)."""
+    lanes = fleet.lanes if fleet is not None else frozenset()
     rows = cfg.env.envs_per_sampler if algo.deals_rows else None
     every = list(range(topo.memories))
 
@@ -52,7 +53,8 @@ def run_meta(cfg, algo, topo, lanes: frozenset = frozenset()) -> tuple[dict, obj
             "samplers": 0 if algo.reads_dataset else topo.samplers,
             "gpu": not topo.local and cfg.learner.num_gpus > 0,
             # a synchronous iteration's pieces of work dealt among the samplers (ES's pairs)
-            "split_work": algo.work_pieces(cfg)}
+            "split_work": algo.work_pieces(cfg),
+            "envs": fleet.envs if fleet is not None else None}
     return meta, memories_of
 
 
@@ -83,12 +85,11 @@ class RunTimes:
         self.learning = False
 
     @classmethod
-    def for_run(cls, cfg, algo, topo, run_dir: Path, resumed: bool,
-                lanes: frozenset = frozenset()) -> "RunTimes":
-        """The accumulator of a run with this config, algorithm and topology (``lanes``: the
-        samplers that step together, ``run_meta``); a resumed run picks up the totals of
-        ``<run dir>/report.json`` (or of the run it resumes from)."""
-        meta, memories_of_sampler = run_meta(cfg, algo, topo, lanes)
+    def for_run(cls, cfg, algo, topo, run_dir: Path, resumed: bool, fleet=None) -> "RunTimes":
+        """The accumulator of a run with this config, algorithm, topology and fleet
+        (``run_meta``); a resumed run picks up the totals of ``<run dir>/report.json`` (or of
+        the run it resumes from)."""
+        meta, memories_of_sampler = run_meta(cfg, algo, topo, fleet)
         previous = None
         if resumed:
             source = Path(cfg.run.resume)
@@ -98,11 +99,11 @@ class RunTimes:
                     break
         return cls(meta, memories_of_sampler, previous)
 
-    def replanned(self, cfg, algo, topo, lanes: frozenset = frozenset()) -> None:
+    def replanned(self, cfg, algo, topo, fleet=None) -> None:
         """The run goes on with rebuilt roles (another topology where ``topology=auto``
         re-planned, other processes on the cluster of now): its names and routes are the
         new fleet's from now on."""
-        meta, self.memories_of_sampler = run_meta(cfg, algo, topo, lanes)
+        meta, self.memories_of_sampler = run_meta(cfg, algo, topo, fleet)
         self.meta.update(meta)
 
     def add_sampler(self, report: dict) -> None:

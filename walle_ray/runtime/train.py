@@ -126,8 +126,7 @@ class Run:
                                  cfg.logger.print_every_s)
         self.milestones = Milestones(milestone_targets(cfg.run), counters, fleet_now, self.window)
         self.times = RunTimes.for_run(cfg, self.algo, self.topo, self.run_dir,
-                                      resumed=start.ckpt is not None, lanes=self.fleet.lanes)
-        self.times.meta["envs"] = self.fleet.envs
+                                      resumed=start.ckpt is not None, fleet=self.fleet)
         if auto is not None:
             self.times.meta["auto"] = auto.to_json()
         self.times.meta["cpus"] = (auto.cpus if auto is not None else
@@ -171,8 +170,7 @@ class Run:
         self.fleet = make_fleet(cfg, self.algo, self.topo, self.start.obs_space,
                                 self.start.action_space, namespace=self.namespace,
                                 first=replanned, stall_dir=self.run_dir / "stalls")
-        self.times.replanned(cfg, self.algo, self.topo, self.fleet.lanes)
-        self.times.meta["envs"] = self.fleet.envs
+        self.times.replanned(cfg, self.algo, self.topo, self.fleet)
         self.fleet.faults = faults
         self.fleet.faults["role_restarts"] = counters.get("restarts", 0)
         last = self.run_dir / "checkpoints" / "last.pt"
