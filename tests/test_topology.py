@@ -110,8 +110,9 @@ def test_a_process_of_many_samplers_steps_them_together_and_deals_their_rows():
     envs, at least one each, a multiple of the memories. Their rows are dealt across every
     memory in equal shares, in pieces no bigger than the memories are sized for, each row
     once, on every process of a packing however uneven."""
-    from walle_ray.topology import lane_envs, lane_routes, plan_packing
+    from walle_ray.topology import lane_envs, lane_routes, piece_rows, plan_packing
 
+    assert [piece_rows(8, m) for m in (1, 2, 3, 4, 8, 16)] == [8, 4, 3, 2, 1, 1]
     assert lane_envs(1, 8, 4) is None and lane_envs(2, 8, 4) is None  # in turn
     assert [lane_envs(k, 8, 4) for k in (3, 4, 8, 16, 17, 64)] == [16, 16, 16, 16, 20, 64]
     assert lane_envs(3, 4, 2) == 8 and lane_envs(7, 1, 3) == 9
@@ -123,7 +124,7 @@ def test_a_process_of_many_samplers_steps_them_together_and_deals_their_rows():
                              ("12a4m4l", 4, 2), ("6a4m4l", 8, 2), ("16a2m2l", 8, 2),
                              ("8a1m1l", 8, 2), ("9a3m1l", 1, 2)):
         topo = parse_topology(spec)
-        piece = -(-envs // topo.memories)
+        piece = piece_rows(envs, topo.memories)
         for group in plan_packing(topo, cpus).samplers:
             rows = lane_envs(len(group), envs, topo.memories)
             routes = lane_routes(topo, group[0], rows, piece)

@@ -311,13 +311,19 @@ def lane_envs(samplers: int, envs_per_sampler: int, memories: int) -> int | None
     return -(-envs // memories) * memories
 
 
+def piece_rows(envs_per_sampler: int, memories: int) -> int:
+    """The most rows of one fragment a memory takes at once: a sampler's rows dealt across
+    the memories (``Topology.routes``), which the memories' buffers are sized for."""
+    return -(-max(1, int(envs_per_sampler)) // max(1, memories))
+
+
 def lane_routes(topo: Topology, first: int, rows: int,
                 piece: int) -> list[tuple[int, list[int]]]:
     """Where the rows of a sampler process that steps its samplers together go (``lane_envs``):
     (memory, rows), dealt as ``Topology.routes`` deals the rows of its first logical sampler,
     ``first``, with all ``rows`` of the process's fragment, so every memory gets an equal
     share of every process's data when ``rows`` is a multiple of the memories; in pieces of
-    at most ``piece`` rows (what a memory is sized to take at once)."""
+    at most ``piece`` rows (``piece_rows``: what a memory is sized to take at once)."""
     piece, out = max(1, piece), []
     for k, part in topo.routes(first, rows):
         picked = list(range(rows)[part if part is not None else slice(None)])

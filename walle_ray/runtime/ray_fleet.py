@@ -20,8 +20,8 @@ from walle_ray.runtime.preload import role_runtime_env
 from walle_ray.runtime.role_setup import (make_learners, pins_samplers, role_name,
                                          role_resources, sampler_envs)
 from walle_ray.runtime.stalls import StallWatch
-from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_routes, plan_packing,
-                                sampler_share_left)
+from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_routes, piece_rows,
+                                plan_packing, sampler_share_left)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -165,7 +165,7 @@ class RayFleet:
 
         cfg = OmegaConf.merge(self.cfg, {"env": {"envs_per_sampler": envs}})
         cls, args, kwargs = self.algo.sampler(cfg, self.topo, group[0])
-        piece = -(-int(self.cfg.env.envs_per_sampler) // self.topo.memories)  # as memories are sized
+        piece = piece_rows(self.cfg.env.envs_per_sampler, self.topo.memories)
         routes = tuple((self._memory_ref(k, remote), rows)
                        for k, rows in lane_routes(self.topo, group[0], envs, piece))
         return remote.SlotSpec(cls, args, kwargs, routes)

@@ -85,13 +85,12 @@ def memory_spec(algo, cfg: DictConfig, k: int) -> tuple[type, tuple, dict]:
         from walle_ray.buffers.encoder import PolicyEncoder
 
         encoder = partial(PolicyEncoder, role_sections(cfg), algo.make_model)
-    from walle_ray.topology import parse_topology
+    from walle_ray.topology import parse_topology, piece_rows
 
     topo = parse_topology(cfg.topology.spec)
     memories, learners = max(1, topo.memories), max(1, topo.learners)
     anneal_rows = cfg.run.total_env_steps / (cfg.algo.fragment_length * memories)
-    rows = learner_batch(cfg)
-    piece = -(-cfg.env.envs_per_sampler // memories)  # a fragment's rows dealt to one memory
+    rows, piece = learner_batch(cfg), piece_rows(cfg.env.envs_per_sampler, memories)
     specs = buffer_specs(cfg.algo, rows, piece, memories, anneal_rows, learners)
     # Memory k serves learner shard k mod L (``Topology.memories_of``).
     return MixedMemory, (specs, rows, cfg.run.seed + k, encoder, k % learners, learners), {}
@@ -108,11 +107,11 @@ def memory_needs(algo, cfg: DictConfig, obs_space, action_space) -> list:
     from walle_ray.envs.spaces import stored_action, stored_obs
     from walle_ray.memory_plan import MemoryNeed
     from walle_ray.models.heads import make_action_head
-    from walle_ray.topology import parse_topology
+    from walle_ray.topology import parse_topology, piece_rows
 
     topo = parse_topology(cfg.topology.spec)
     memories, learners = max(1, topo.memories), max(1, topo.learners)
-    rows, piece = learner_batch(cfg), -(-cfg.env.envs_per_sampler // memories)
+    rows, piece = learner_batch(cfg), piece_rows(cfg.env.envs_per_sampler, memories)
     specs = buffer_specs(cfg.algo, rows, piece, memories, learners=learners)
     most = batch_most(cfg.algo.replay, rows, learners)
     i = max(range(len(specs)), key=lambda k: specs[k].capacity)
