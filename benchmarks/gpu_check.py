@@ -5,7 +5,8 @@
 Each case is a short
 ``python -m walle_ray`` run (IMPALA on Pong, with an LSTM core too, Ape-X on Pong, PPO on
 CartPole and on HalfCheetah with its preset, IMPALA and DQN on Taxi with its action mask)
-with its learners on the GPU; two learners share the GPU; the first run's
+with its learners on the GPU; samplers stepped together in lanes processes; two learners
+share the GPU; the first run's
 checkpoint is resumed on the GPU and on the CPU. While it runs, ``nvidia-smi`` is asked every two
 seconds which processes hold GPU memory. A case passes when the run ends by its wall-clock
 budget (or its return target) with learner updates made, its learner processes and no
@@ -40,6 +41,10 @@ CASES = {
     # A recurrent core on the GPU: its state, burn-in and replayed sequences on CUDA tensors.
     "impala_pong_lstm_1gpu": ["algo=impala", "env=pong", "topology=8a2m1l", "model.core=lstm",
                               "learner.num_gpus=1"],
+    # Samplers stepped together in lanes processes (32 logical samplers in 4 processes), their
+    # fragments dealt across 4 memories, for a learner on the GPU.
+    "impala_pong_lanes_1gpu": ["algo=impala", "env=pong", "topology=32a4m1l", "topology.pack=4",
+                               "learner.num_gpus=1"],
     # Action masks on the GPU: IMPALA's masked policy, DQN's masked greedy targets.
     "impala_taxi_mask_1gpu": ["algo=impala", "env=taxi", "topology=4a1m1l", "learner.num_gpus=1"],
     "dqn_taxi_mask_1gpu": ["algo=dqn", "env=taxi", "topology=4a1m1l", "learner.num_gpus=1"],
