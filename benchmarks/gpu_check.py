@@ -80,8 +80,12 @@ class GpuWatch(threading.Thread):
         while not self.stop.wait(self.every_s):
             for line in self._query("compute-apps=pid,process_name,used_memory"):
                 pid, name, mib = [s.strip() for s in line.split(",")]
-                name = process_title(pid) or name  # nvidia-smi may say "[No data]"
-                self.apps[pid] = {"name": name, "max_mib": max(int(mib), self.apps.get(pid, {}).get("max_mib", 0))}
+                seen = self.apps.get(pid, {})
+                # nvidia-smi may say "[No data]", and a process that is exiting has no title:
+                # the last title read while it ran stands
+                title = process_title(pid)
+                name = title if title and "IDLE" not in title else seen.get("name") or title or name
+                self.apps[pid] = {"name": name, "max_mib": max(int(mib), seen.get("max_mib", 0))}
             for line in self._query("gpu=utilization.gpu"):
                 self.util.append(int(line))
 
