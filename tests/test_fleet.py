@@ -249,7 +249,7 @@ def test_a_fleet_whose_role_stalled_waits_on_it_no_more():
 def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, algo, spec):
     """On 2 CPUs, PPO's 4a2m2l runs as 2 sampler processes of 2 samplers each and one learner
     process for both shards (its learners take the fragments directly); IMPALA's 6a2m2l as 2
-    sampler processes whose 3 samplers step 8 envs together (twice a sampler's 4), one memory
+    sampler processes whose 3 samplers step 4 envs together (one sampler's), one memory
     process and one learner process. Every logical sampler reports, none is
     silent, and the run learns."""
     import json
@@ -263,7 +263,7 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
     if algo == "impala":
         assert ("6 samplers in 2 processes (3 each), 2 memories in 1 process (2 each), "
                 "2 learners in 1 process (2 each) (topology.pack=auto)") in out
-        assert "the 3 samplers of a sampler process step 8 envs together: 16 envs in all" in out
+        assert "the 3 samplers of a sampler process step 4 envs together: 8 envs in all" in out
     else:
         assert ("4 samplers in 2 processes (2 each), 2 learners in 1 process (2 each) "
                 "(topology.pack=auto)") in out
@@ -277,12 +277,12 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
         report = json.loads((tmp_path / "report.json").read_text())
         samplers = report["samplers"]["per_sampler"]
         assert [s["index"] for s in samplers] == list(range(6))
-        # each fragment of a process: 8 envs' steps shared by its 3 samplers (in turn: 4 each)
+        # each fragment of a process: 4 envs' steps shared by its 3 samplers (in turn: 4 each)
         steps = make_cfg("algo=impala", "~preset").algo.fragment_length
-        assert all(s["fragments"] > 0 and abs(s["env_steps"] / s["fragments"] - 8 * steps / 3) < 1
+        assert all(s["fragments"] > 0 and abs(s["env_steps"] / s["fragments"] - 4 * steps / 3) < 1
                    for s in samplers), samplers
         assert sum(s["env_steps"] for s in samplers) == report["run"]["env_steps"]
-        assert not report["silent_samplers"] and report["run"]["envs"] == 16  # 8 a process
+        assert not report["silent_samplers"] and report["run"]["envs"] == 8  # 4 a process
         assert {int(k) for k in report["totals"]["memories"]} == {0, 1}
 
 
@@ -336,7 +336,7 @@ def test_envs_that_crowd_the_cpus_get_a_note_at_start():
 
 
 def test_samplers_that_step_together_say_so_at_start():
-    """32a4m4l's IMPALA on 2 CPUs steps 32 envs, not 256 (``topology.lanes``): the run says
+    """32a4m4l's IMPALA on 2 CPUs steps 16 envs, not 256 (``topology.lanes``): the run says
     how many each sampler process steps; 2a1m1l, each of whose processes runs one sampler,
     PPO, and IMPALA with topology.lanes=false say nothing of it."""
     from walle_ray.runtime.start import lanes_note
@@ -348,14 +348,14 @@ def test_samplers_that_step_together_say_so_at_start():
         return lanes_note(cfg, algorithm_for(cfg.algo), topo, plan_packing(topo, cpus))
 
     assert note("32a4m4l", 2) == (
-        "the 16 samplers of a sampler process step 16 envs together: 32 envs in all, so their "
+        "the 16 samplers of a sampler process step 8 envs together: 16 envs in all, so their "
         "episodes end as often as fewer samplers' would (env.envs_per_sampler=8 holds where a "
         "process runs 2 samplers or fewer; topology.lanes=false keeps it everywhere)")
     assert note("32a4m4l", 64) is None  # a process per sampler
     assert note("2a1m1l", 2) is None and note("32a4m4l", 2, "topology.lanes=false") is None
     assert note("32a4m4l", 2, "algo=ppo") is None
-    assert "the 7 samplers of a sampler process step 16 envs together: 80 envs" in note(
-        "32a4m4l", 5)  # processes of 7, 7, 6, 6 and 6 samplers, 16 envs each
+    assert "the 7 samplers of a sampler process step 8 envs together: 40 envs" in note(
+        "32a4m4l", 5)  # processes of 7, 7, 6, 6 and 6 samplers, 8 envs each
 
 
 def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkeypatch):

@@ -106,20 +106,19 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
 
 
 def test_a_process_of_many_samplers_steps_them_together_and_deals_their_rows():
-    """More than two logical samplers in a process step together: about twice a sampler's
-    envs, at least one each, a multiple of the memories. Their rows are dealt across every
+    """More than two logical samplers in a process step together: one sampler's envs, a
+    multiple of the memories. Their rows are dealt across every
     memory in equal shares, in pieces no bigger than the memories are sized for, each row
     once, on every process of a packing however uneven."""
     from walle_ray.topology import lane_envs, lane_routes, piece_rows, plan_packing
 
     assert [piece_rows(8, m) for m in (1, 2, 3, 4, 8, 16)] == [8, 4, 3, 2, 1, 1]
     assert lane_envs(1, 8, 4) is None and lane_envs(2, 8, 4) is None  # in turn
-    assert [lane_envs(k, 8, 4) for k in (3, 4, 8, 16, 17, 64)] == [16, 16, 16, 16, 20, 64]
-    assert lane_envs(3, 4, 2) == 8 and lane_envs(7, 1, 3) == 9
+    assert [lane_envs(k, 8, 4) for k in (3, 4, 8, 16, 17, 64)] == [8] * 6
+    assert lane_envs(3, 4, 2) == 4 and lane_envs(7, 1, 3) == 3 and lane_envs(5, 6, 4) == 8
     t = parse_topology("32a4m4l")
-    routes = lane_routes(t, 1, 16, 2)  # process 1 of 2: samplers 1, 3, ..., 31
-    assert routes == [(1, [0, 4]), (1, [8, 12]), (2, [1, 5]), (2, [9, 13]), (3, [2, 6]),
-                      (3, [10, 14]), (0, [3, 7]), (0, [11, 15])]
+    routes = lane_routes(t, 1, 8, 2)  # process 1 of 2: samplers 1, 3, ..., 31
+    assert routes == [(1, [0, 4]), (2, [1, 5]), (3, [2, 6]), (0, [3, 7])]
     for spec, envs, cpus in (("32a4m4l", 8, 2), ("32a4m4l", 8, 3), ("32a4m4l", 8, 5),
                              ("12a4m4l", 4, 2), ("6a4m4l", 8, 2), ("16a2m2l", 8, 2),
                              ("8a1m1l", 8, 2), ("9a3m1l", 1, 2)):
@@ -142,7 +141,7 @@ def test_only_impala_steps_a_process_of_samplers_together():
     from walle_ray.runtime.role_setup import process_lanes
 
     group = tuple(range(0, 32, 2))
-    for overrides, rows in ((["algo=impala", "env=pong"], 16),
+    for overrides, rows in ((["algo=impala", "env=pong"], 8),
                             (["algo=impala", "env=pong", "topology.lanes=false"], None),
                             (["algo=ppo"], None), (["algo=apex"], None)):
         cfg = make_cfg(*overrides, "topology=32a4m4l")

@@ -118,10 +118,10 @@ class TopologyConfig:
     # sampler processes (README, "Topology")
     pack: str = "auto"
     # A sampler process that runs more than 2 logical samplers of an algorithm that deals
-    # fragments' rows across memories (IMPALA) steps them together: one vector env of about
-    # 2 * env.envs_per_sampler envs (at least one per sampler, a multiple of the memories),
-    # one policy call a step: few CPUs then step about as many envs as they keep pace with,
-    # and episodes end as often as with fewer samplers. false: each runs its
+    # fragments' rows across memories (IMPALA) steps them together: one vector env of
+    # env.envs_per_sampler envs (rounded up to a multiple of the memories), one policy call
+    # a step: few CPUs then step as many envs as one sampler per CPU would, episodes end as
+    # often, and the data is as fresh. false: each runs its
     # env.envs_per_sampler envs in turn (docs/performance.md, "Many envs on few cores")
     lanes: bool = True
     # Custom Ray resources each role process asks for, by role, to place roles on chosen

@@ -297,17 +297,18 @@ def lane_envs(samplers: int, envs_per_sampler: int, memories: int) -> int | None
     vector env with one policy call a step for all of them; None where it runs them in turn
     (``LANES_ABOVE`` or fewer).
 
-    Together, the process steps about twice a sampler's envs (``2 * envs_per_sampler``), at
-    least one for each of its samplers, rounded up to a multiple of ``memories`` so that
-    every memory takes the same share of each of its fragments (``lane_routes``). On a
-    machine with fewer CPUs than samplers, the envs of every logical sampler in turn would
-    each advance a few steps a second, so their episodes (and the return, the mean of the
-    last finished ones) would come minutes late (docs/performance.md, "Many envs on few
-    cores"); one sampler's envs in each process would leave the per-step policy call and
-    the per-fragment Ray call to a few envs each."""
+    Together, the process steps one sampler's envs (``envs_per_sampler``), rounded up to a
+    multiple of ``memories`` so that every memory takes the same share of each of its
+    fragments (``lane_routes``): a machine with fewer CPUs than samplers then steps as many
+    envs as a topology of one sampler per CPU would, and learns from data as fresh. On
+    such a machine, the envs of every logical sampler in turn would each advance a few steps
+    a second, so their episodes (and the return, the mean of the last finished ones) would
+    come minutes late; more envs than one sampler's bring no more steps a second on the
+    same CPUs, and each fragment then spans more updates (docs/performance.md, "Many envs on
+    few cores")."""
     if samplers <= LANES_ABOVE:
         return None
-    envs, memories = max(samplers, 2 * envs_per_sampler), max(1, memories)
+    envs, memories = max(1, envs_per_sampler), max(1, memories)
     return -(-envs // memories) * memories
 
 
