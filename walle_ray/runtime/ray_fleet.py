@@ -16,12 +16,11 @@ from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout, Step,
                                      capped, count_faults, new_faults, offline_updates_left,
                                      role_failed, timed_update)
-from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.runtime.role_setup import (make_learners, pins_samplers, role_name,
+from walle_ray.runtime.role_setup import (make_learners, make_samplers, role_name,
                                          role_resources, sampler_envs)
 from walle_ray.runtime.stalls import StallWatch
-from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_routes, piece_rows,
-                                plan_packing, sampler_share_left)
+from walle_ray.topology import (Packing, ResourcePlan, Topology, plan_packing,
+                                sampler_share_left)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -82,16 +81,16 @@ class RayFleet:
             self.memory_names.append(name)
             self.memory_refs.update({k: remote.MemoryRef(actor, k) for k in group})
         self._fit_samplers_to_nodes()
-        pin = pins_samplers(cfg, len(self.packing.samplers), plan.cluster_cpus)
-        runtime_env = role_runtime_env(cfg.run.ray_preload)  # how sampler processes start
         self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
         # The envs each sampler process steps together (None: its samplers in turn), and the
         # logical samplers that step so, which feed every memory (``RunTimes``).
         self.lane_rows, self.envs = sampler_envs(cfg, algo, topo, self.packing)
         self.lanes = frozenset(i for group, rows in zip(self.packing.samplers, self.lane_rows)
                                if rows is not None for i in group)
-        self.samplers = [self._make_sampler(p, pin, runtime_env, remote)
-                         for p in range(len(self.packing.samplers))]
+        memory_names = {k: name for group, name in zip(self.packing.memories, self.memory_names)
+                        for k in group}
+        self.samplers = make_samplers(cfg, algo, topo, self.packing, self.plan, self.lane_rows,
+                                      memory_names, self.weights_source())
         if not self.sync:
             self._get([lr.attach.remote([self._shard_memories(j) for j in group], self.ps,
                                         g == 0, cfg.algo.prefetch, cfg.algo.publish_every)
@@ -129,57 +128,10 @@ class RayFleet:
         """The memories learner shard j reads (``Topology.memories_of_learner``)."""
         return [self.memory_refs[k] for k in self.topo.memories_of_learner(j)]
 
-    def _make_sampler(self, p: int, pin: bool, runtime_env, remote):
-        """Sampler process p, running its logical samplers, pulling weights from the parameter
-        server (or learner 0), and, for an asynchronous algorithm, pushing into each
-        sampler's memories. Roles are passed by name: an actor handle among the constructor
-        arguments would tie Ray's restart of the sampler to that handle's lifetime
-        (ray-project/ray#53727)."""
-        algo, group = self.algo, self.packing.samplers[p]
-        lanes = self.lane_rows[p]
-        if lanes is not None:
-            slots = [self._lanes_slot(group, lanes, remote)]
-        else:
-            rows = self.cfg.env.envs_per_sampler if algo.deals_rows else None
-            slots = []
-            for i in group:
-                cls, args, kwargs = algo.sampler(self.cfg, self.topo, i)
-                routes = () if self.sync else tuple(
-                    (self._memory_ref(k, remote), part) for k, part in self.topo.routes(i, rows))
-                slots.append(remote.SlotSpec(cls, args, kwargs, routes))
-        source = self.weights_source()
-        # Watched, a process answers on a thread of its own, and its calls run on one of
-        # Ray's pool threads; unwatched (run.stall_s=null), on its main thread.
-        cls = remote.RemoteSampler if self.cfg.run.stall_s else remote.RemoteMainThreadSampler
-        return cls.options(
-            name=self.sampler_names[p], num_cpus=self.plan.sampler_cpus,
-            resources=role_resources(self.cfg, "sampler"), runtime_env=runtime_env,
-            max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None,
-                                                       lanes=group if lanes is not None else None)
-
-    def _lanes_slot(self, group: tuple[int, ...], envs: int, remote):
-        """One sampler of ``envs`` envs for the logical samplers of ``group`` (``process_lanes``),
-        as their first one (its index and seed), whose fragments' rows are dealt across the
-        memories (``lane_routes``)."""
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.merge(self.cfg, {"env": {"envs_per_sampler": envs}})
-        cls, args, kwargs = self.algo.sampler(cfg, self.topo, group[0])
-        piece = piece_rows(self.cfg.env.envs_per_sampler, self.topo.memories)
-        routes = tuple((self._memory_ref(k, remote), rows)
-                       for k, rows in lane_routes(self.topo, group[0], envs, piece))
-        return remote.SlotSpec(cls, args, kwargs, routes)
-
-    def _memory_ref(self, k: int, remote):
-        return remote.MemoryRef(self.memory_names[self._memory_process(k)], k)
-
     def weights_source(self) -> str:
         """The name of the process that serves the newest weights: the parameter server,
         or learner 0 where the topology has none."""
         return "walle/ps" if self.ps is not None else role_name("learner", self.packing.learners[0])
-
-    def _memory_process(self, k: int) -> int:
-        return next(q for q, group in enumerate(self.packing.memories) if k in group)
 
     def _get(self, refs, role: str):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its

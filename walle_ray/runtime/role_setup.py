@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from walle_ray.runtime.fleet import RoleTimeout
 from walle_ray.runtime.preload import role_runtime_env
-from walle_ray.topology import Packing, ResourcePlan, Topology, lane_envs
+from walle_ray.topology import (Packing, ResourcePlan, Topology, lane_envs, lane_routes,
+                                piece_rows)
 
 if TYPE_CHECKING:
     from walle_ray.algos.spec import Algorithm
@@ -124,6 +125,48 @@ def shares_a_gpu(gpus: list[list[tuple[str, str]]]) -> bool:
     pairs): fractional ``learner.num_gpus`` packs learners onto one GPU."""
     held = [pair for process in gpus for pair in process]
     return len(set(held)) < len(held)
+
+
+def make_samplers(cfg: DictConfig, algo: Algorithm, topo: Topology, packing: Packing,
+                  plan: ResourcePlan, lane_rows: list[int | None], memory_names: dict[int, str],
+                  source: str) -> list:
+    """Sampler processes, one per group of ``packing.samplers``: each runs its logical
+    samplers in turn, or steps them together as one sampler of ``lane_rows[p]`` envs; each
+    pulls weights from ``source`` (the parameter server, or learner 0) and, for an
+    asynchronous algorithm, pushes into its samplers' memories, named by the process that
+    holds each (``memory_names``). Roles are passed by name: an actor handle among the
+    constructor arguments would tie Ray's restart of the sampler to that handle's lifetime
+    (ray-project/ray#53727)."""
+    from walle_ray.runtime import remote
+
+    pin = pins_samplers(cfg, len(packing.samplers), plan.cluster_cpus)
+    runtime_env = role_runtime_env(cfg.run.ray_preload)
+    # Watched, a process answers on a thread of its own, and its calls run on one of Ray's
+    # pool threads; unwatched (run.stall_s=null), on its main thread.
+    cls = remote.RemoteSampler if cfg.run.stall_s else remote.RemoteMainThreadSampler
+    sync, rows = algo.loop == "sync", (cfg.env.envs_per_sampler if algo.deals_rows else None)
+
+    def routes(parts) -> tuple:
+        return () if sync else tuple((remote.MemoryRef(memory_names[k], k), part)
+                                     for k, part in parts)
+
+    samplers = []
+    for p, (group, lanes) in enumerate(zip(packing.samplers, lane_rows)):
+        if lanes is not None:  # one sampler of ``lanes`` envs, as the group's first one (its
+            # index and seed), whose fragments' rows are dealt across the memories
+            lanes_cfg = OmegaConf.merge(cfg, {"env": {"envs_per_sampler": lanes}})
+            piece = piece_rows(cfg.env.envs_per_sampler, topo.memories)
+            slots = [remote.SlotSpec(*algo.sampler(lanes_cfg, topo, group[0]),
+                                     routes(lane_routes(topo, group[0], lanes, piece)))]
+        else:
+            slots = [remote.SlotSpec(*algo.sampler(cfg, topo, i), routes(topo.routes(i, rows)))
+                     for i in group]
+        samplers.append(cls.options(
+            name=role_name("sampler", group), num_cpus=plan.sampler_cpus,
+            resources=role_resources(cfg, "sampler"), runtime_env=runtime_env,
+            max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None,
+                                                       lanes=group if lanes is not None else None))
+    return samplers
 
 
 def pins_samplers(cfg: DictConfig, processes: int, cluster_cpus: float) -> bool:
