@@ -163,7 +163,7 @@ def test_a_lanes_report_is_one_report_per_logical_sampler():
              "sampler_restarts": 1, "lost_fragments": 1, "transitions": 0,
              "policy_version": 7, "explore/temperature": 1.0}
     reports = split_lanes(total, (1, 3, 5))
-    assert [r["sampler"] for r in reports] == [1, 3, 5]
+    assert [r["sampler"] for r in reports] == [1, 3, 5] and [r["lane"] for r in reports] == [0, 1, 2]
     assert [r["env_steps"] for r in reports] == [334, 333, 333]
     for key in ("collect_s", "put_wait_s", "weights_wait_s", "env_s", "act_s", "cpu_s"):
         assert sum(r[key] for r in reports) == pytest.approx(total[key])
@@ -174,6 +174,18 @@ def test_a_lanes_report_is_one_report_per_logical_sampler():
     assert [r["lost_fragments"] for r in reports] == [1, 0, 0]
     assert all(r["fragments"] == 4 and r["policy_version"] == 7
                and r["explore/temperature"] == 1.0 for r in reports)
+    # The run counts the process's 4 fragments once, in its metrics and in every memory it
+    # feeds, while each sampler is credited with them.
+    from walle_ray.runtime.loop import Interval
+    from walle_ray.runtime.times import RunTimes
+
+    interval, times = Interval(), RunTimes(memories_of_sampler=lambda i: [0, 1])
+    for report in reports:
+        interval.add_sampler(report)
+        times.add_sampler(report)
+    assert interval.fragments == 4 and interval.steps == 1000
+    assert [times.totals["memories"][k]["fragments_in"] for k in ("0", "1")] == [4, 4]
+    assert [times.totals["samplers"][str(i)]["fragments"] for i in (1, 3, 5)] == [4, 4, 4]
 
 
 def test_topology_pack_takes_auto_off_or_a_number():

@@ -68,7 +68,8 @@ class Interval:
             if key.startswith("explore/"):
                 self.explore.setdefault(key, []).append(value)
         self.steps += r["env_steps"]
-        self.fragments += r.get("fragments", 1)
+        if not r.get("lane"):  # samplers stepping together share their fragments
+            self.fragments += r.get("fragments", 1)
         self.collect_s_max = max(self.collect_s_max, r["collect_s"])
         self.put_wait_s += r.get("put_wait_s", 0.0)
 

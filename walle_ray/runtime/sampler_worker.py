@@ -51,8 +51,8 @@ class SlotSpec:
 class SamplerWorker(Watched, Placed):
     """One sampler process running one or more logical samplers (``topology.pack``), each with
     its own envs, seed, memory and fault accounting, in turn; or, with ``lanes``, one sampler
-    that steps the envs of several logical samplers together (``process_lanes``), its reports
-    split among them. The process keeps the newest weights it has pulled from the parameter
+    that steps one sampler's envs for several logical samplers together (``process_lanes``),
+    its reports split among them. The process keeps the newest weights it has pulled from the parameter
     server, and gives each sampler them before its next fragment.
 
     Synchronous algorithms call ``collect`` (a fragment of every sampler, routed by the
@@ -64,8 +64,8 @@ class SamplerWorker(Watched, Placed):
                  lanes: tuple[int, ...] | None = None):
         """``weights_source`` is the parameter server's handle or name. With ``pin``, the
         samplers and their env threads run on one CPU (``pin_to_cpu``), chosen before any env
-        starts its threads so that they inherit it. With ``lanes``, the one slot steps the
-        envs of those logical samplers together (``topology.lane_envs``), and ``run``
+        starts its threads so that they inherit it. With ``lanes``, the one slot steps
+        envs for those logical samplers together (``topology.lane_envs``), and ``run``
         reports for each of them."""
         self.cpu = pin_to_cpu(pin)
         self.lanes = lanes
@@ -270,14 +270,15 @@ _ONCE = ("sampler_restarts", "lost_fragments")  # a failure of the one sampler c
 def split_lanes(total: dict, lanes: tuple[int, ...]) -> list[dict]:
     """A lanes sampler's ``run`` report as one report per logical sampler: its env steps
     and seconds shared evenly (so each sampler's shares of its time are the sampler's),
-    the finished episodes and failures under the first, the fragments under each, as
-    each lane's rows made one of each fragment."""
+    the finished episodes and failures under the first, and the fragments credited to
+    each (each sampler took part in every one). ``lane`` numbers the reports, so that the
+    run counts the process's fragments once (``lane`` 0) in its totals and memories."""
     n = len(lanes)
     reports = []
     for j, i in enumerate(lanes):
         report = {key: value for key, value in total.items()
                   if key not in _SHARED and key not in ("episode_returns", "episode_lengths")}
-        report["sampler"] = i
+        report["sampler"], report["lane"] = i, j
         for key in _SHARED:
             if key not in total:
                 continue

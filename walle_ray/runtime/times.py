@@ -117,7 +117,9 @@ class RunTimes:
             s[key] += report.get(key, 0) or 0
         s["fragments"] += report.get("fragments", 1) - report.get("dropped", 0)
         s["calls"] += 1
-        for k in self.memories_of_sampler(i):  # a fragment dealt across memories counts in each
+        # A fragment dealt across memories counts in each; samplers stepping together share
+        # their process's fragments (``split_lanes``), counted once.
+        for k in ([] if report.get("lane") else self.memories_of_sampler(i)):
             m = self.totals["memories"].setdefault(str(k), memory_totals())
             m["fragments_in"] += report.get("fragments", 1) - report.get("dropped", 0)
 
