@@ -317,8 +317,9 @@ class FaultyEnv(gym.Wrapper):
         self.faults = {(int(i), int(step)) for i, step in faults}
         self.how = how
         self.indices = _sampler_indices()  # built inside its sampler's process
-        if self.faults:  # the log's process starts now, not inside the step that fails, where
-            # its start-up would count against the stall watch's run.stall_s
+        if self.faults and self.indices is not None:  # a sampler's: the log's process starts
+            # now, not inside the step that fails, where its start-up would count against the
+            # stall watch's run.stall_s
             fault_log()
 
     def step(self, action):
