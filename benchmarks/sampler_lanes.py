@@ -18,12 +18,11 @@ import argparse
 import shutil
 import statistics
 
-from common import ROOT, run_cli, steady_consumed_rate, write_result
+from common import ROOT, envs_of, run_cli, steady_consumed_rate, write_result
 
 ARMS = {"32a4m4l": ["topology=32a4m4l"],
         "32a4m4l_in_turn": ["topology=32a4m4l", "topology.lanes=false"],
         "2a1m1l": ["topology=2a1m1l"]}
-ENVS = {"32a4m4l": 32, "32a4m4l_in_turn": 256, "2a1m1l": 16}  # on 2 CPUs
 
 
 def measure(arm: str, seconds: float, warmup: float, tag: str) -> dict:
@@ -36,12 +35,13 @@ def measure(arm: str, seconds: float, warmup: float, tag: str) -> dict:
     last = records[-1]
     sampled = last["env_steps"] / last["wall_s"]
     length = last.get("episode_length")
+    envs = envs_of(run_dir)  # what the run stepped, as its report says
     return {"arm": arm, "consumed_per_s": steady_consumed_rate(records, warmup),
-            "sampled_per_s": sampled, "first_update_s": first, "envs": ENVS[arm],
+            "sampled_per_s": sampled, "first_update_s": first, "envs": envs,
             "episodes": last.get("episodes", 0),
             "first_episode_wall_s": episode["wall_s"] if episode else None,
             "episode_length": length,
-            "episode_wall_s": length * ENVS[arm] / sampled if length else None,
+            "episode_wall_s": length * envs / sampled if length and envs else None,
             "env_steps": last["env_steps"], "updates": last["updates"], "process_wall_s": wall}
 
 
