@@ -3,7 +3,8 @@
     python benchmarks/headline_learning.py [--seeds 0 1 2] [--others 2a1m1l 8a1m1l 16a2m2l]
                                            [--minutes 25] [--reuse]
 
-Runs ``32a4m4l`` with each seed of ``--seeds`` and each of ``--others`` with the first seed,
+Runs ``32a4m4l`` with each seed of ``--seeds`` and each of ``--others`` with the first seed
+(or ``--other-seed``; ``--seeds`` with no seed runs only the others),
 nothing on the line but the topology and the seed besides ``run.stop_at_return=17`` and a
 wall budget, which stop the run and change nothing it learns. The minutes, agent steps and
 core-hours to 17 are the run's own (``run.milestones``: minutes since the command started).
@@ -27,13 +28,18 @@ MINUTES = 15.0
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2],
+                   help="seeds of 32a4m4l (none: only --others, with --other-seed)")
+    p.add_argument("--other-seed", type=int, default=None,
+                   help="the other topologies' seed (default: the first of --seeds, or 0)")
     p.add_argument("--others", nargs="*", default=["2a1m1l", "8a1m1l", "16a2m2l"])
     p.add_argument("--minutes", type=float, default=25.0, help="wall budget of each run")
     p.add_argument("--reuse", action="store_true", help="read runs already made")
     p.add_argument("--name", default="headline_learning")
     args = p.parse_args()
-    plan = [("32a4m4l", seed) for seed in args.seeds] + [(t, args.seeds[0]) for t in args.others]
+    other_seed = (args.other_seed if args.other_seed is not None
+                  else args.seeds[0] if args.seeds else 0)
+    plan = [("32a4m4l", seed) for seed in args.seeds] + [(t, other_seed) for t in args.others]
     runs: dict[str, list[dict]] = {}
     for topology, seed in plan:
         run_dir = ROOT / "runs" / f"bench_headline_{topology}_s{seed}"
@@ -46,13 +52,14 @@ def main() -> None:
         print(topology, seed, result["minutes_to_target"], result["agent_steps_to_target"], flush=True)
     plot_curves(runs, TARGET, "python -m walle_ray algo=impala env=pong topology=T, as typed, "
                               "2 CPU cores", RESULTS / f"{args.name}.png", midpoints=True)
-    headline = [r["minutes_to_target"] for r in runs["32a4m4l"]]
-    median = (statistics.median(headline) if all(m is not None for m in headline) else None)
+    headline = [r["minutes_to_target"] for r in runs.get("32a4m4l", [])]
+    median = (statistics.median(headline) if headline and None not in headline else None)
     fastest = min((r["minutes_to_target"] for rs in runs.values() for r in rs
                    if r["minutes_to_target"] is not None), default=None)
     write_result(args.name, {
         "command": "python benchmarks/headline_learning.py --seeds "
                    + " ".join(map(str, args.seeds)) + " --others " + " ".join(args.others)
+                   + ("" if args.other_seed is None else f" --other-seed {args.other_seed}")
                    + f" --minutes {args.minutes:g}" + (" --reuse" if args.reuse else "")
                    + (f" --name {args.name}" if args.name != "headline_learning" else ""),
         "target": {"return": TARGET, "minutes_32a4m4l_median": MINUTES,
