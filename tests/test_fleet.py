@@ -350,7 +350,7 @@ def test_samplers_that_step_together_say_so_at_start():
     assert note("32a4m4l", 2) == (
         "the 16 samplers of a sampler process step 8 envs together: 16 envs in all, so their "
         "episodes end as often as fewer samplers' would (env.envs_per_sampler=8 holds where a "
-        "process runs 2 samplers or fewer; topology.lanes=false keeps it everywhere)")
+        "process runs one sampler; topology.lanes=false keeps it everywhere)")
     assert note("32a4m4l", 64) is None  # a process per sampler
     assert note("2a1m1l", 2) is None and note("32a4m4l", 2, "topology.lanes=false") is None
     assert note("32a4m4l", 2, "algo=ppo") is None

@@ -1,5 +1,7 @@
 """Topology strings, the resource plan, and their error messages."""
 
+import functools
+
 import pytest
 
 from walle_ray.config import ConfigError
@@ -106,22 +108,22 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
 
 
 def test_a_process_of_many_samplers_steps_them_together_and_deals_their_rows():
-    """More than two logical samplers in a process step together: one sampler's envs, a
+    """Two or more logical samplers in a process step together: one sampler's envs, a
     multiple of the memories. Their rows are dealt across every
     memory in equal shares, in pieces no bigger than the memories are sized for, each row
     once, on every process of a packing however uneven."""
     from walle_ray.topology import lane_envs, lane_routes, piece_rows, plan_packing
 
     assert [piece_rows(8, m) for m in (1, 2, 3, 4, 8, 16)] == [8, 4, 3, 2, 1, 1]
-    assert lane_envs(1, 8, 4) is None and lane_envs(2, 8, 4) is None  # in turn
-    assert [lane_envs(k, 8, 4) for k in (3, 4, 8, 16, 17, 64)] == [8] * 6
+    assert lane_envs(1, 8, 4) is None  # a process of one sampler steps its own envs
+    assert [lane_envs(k, 8, 4) for k in (2, 3, 4, 8, 16, 17, 64)] == [8] * 7
     assert lane_envs(3, 4, 2) == 4 and lane_envs(7, 1, 3) == 3 and lane_envs(5, 6, 4) == 8
     t = parse_topology("32a4m4l")
     routes = lane_routes(t, 1, 8, 2)  # process 1 of 2: samplers 1, 3, ..., 31
     assert routes == [(1, [0, 4]), (2, [1, 5]), (3, [2, 6]), (0, [3, 7])]
     for spec, envs, cpus in (("32a4m4l", 8, 2), ("32a4m4l", 8, 3), ("32a4m4l", 8, 5),
                              ("12a4m4l", 4, 2), ("6a4m4l", 8, 2), ("16a2m2l", 8, 2),
-                             ("8a1m1l", 8, 2), ("9a3m1l", 1, 2)):
+                             ("8a1m1l", 8, 2), ("4a1m1l", 8, 2), ("9a3m1l", 1, 2)):
         topo = parse_topology(spec)
         piece = piece_rows(envs, topo.memories)
         for group in plan_packing(topo, cpus).samplers:
@@ -148,7 +150,48 @@ def test_only_impala_steps_a_process_of_samplers_together():
         topo = parse_topology(cfg.topology.spec)
         assert process_lanes(cfg, algorithm_for(cfg.algo), topo, group) == rows, overrides
     cfg = make_cfg("algo=impala", "env=pong", "topology=32a4m4l")
-    assert process_lanes(cfg, algorithm_for(cfg.algo), parse_topology("32a4m4l"), (0, 2)) is None
+    assert process_lanes(cfg, algorithm_for(cfg.algo), parse_topology("32a4m4l"), (0, 2)) == 8
+    assert process_lanes(cfg, algorithm_for(cfg.algo), parse_topology("32a4m4l"), (5,)) is None
+
+
+@pytest.mark.parametrize("spec", ["4a1m1l", "8a1m1l", "32a1m1l"])
+def test_on_two_cpus_a_topology_of_one_memory_builds_the_samplers_of_2a1m1l(spec):
+    """On 2 CPUs IMPALA's samplers of any count step together in 2 processes, and those
+    processes are built as 2a1m1l's: the same sampler class, index, seed, envs and fragment
+    length, their rows to the same memory. So these topologies collect the same data, and
+    their runs differ only by the timing of an asynchronous run. Run in turn
+    (topology.lanes=false), they would not."""
+    from conftest import make_cfg
+    from walle_ray.algos import algorithm_for
+    from walle_ray.runtime.role_setup import sampler_envs, sampler_slots
+    from walle_ray.topology import plan_packing
+
+    def samplers(topology: str, *overrides: str) -> tuple[int, list]:
+        cfg = make_cfg("algo=impala", "env=pong", f"topology.spec={topology}", *overrides)
+        algo, topo = algorithm_for(cfg.algo), parse_topology(topology)
+        packing = plan_packing(topo, 2)
+        lanes, envs = sampler_envs(cfg, algo, topo, packing)
+        names = {k: f"walle/memory-{k}" for k in range(topo.memories)}
+        out = []
+        for group, rows in zip(packing.samplers, lanes):
+            for slot in sampler_slots(cfg, algo, topo, group, rows, names):
+                width = rows or cfg.env.envs_per_sampler  # a route's part as its rows
+                routes = [(ref, part if isinstance(part, list) else
+                           list(range(width))[part if part is not None else slice(None)])
+                          for ref, part in slot.routes]
+                out.append((slot.cls, plain(slot.args), slot.kwargs, routes))
+        return envs, out
+
+    def plain(args):  # a partial compares by identity: by its function and arguments instead
+        if isinstance(args, functools.partial):
+            return args.func, plain(args.args), plain(args.keywords)
+        if isinstance(args, (tuple, list)):
+            return type(args)(plain(a) for a in args)
+        return {k: plain(v) for k, v in args.items()} if isinstance(args, dict) else args
+
+    assert samplers(spec) == samplers("2a1m1l") == (16, samplers("2a1m1l")[1])
+    envs, apart = samplers(spec, "topology.lanes=false")
+    assert envs == 8 * int(spec.split("a")[0]) and apart != samplers("2a1m1l")[1]
 
 
 def test_a_lanes_report_is_one_report_per_logical_sampler():

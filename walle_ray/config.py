@@ -117,7 +117,7 @@ class TopologyConfig:
     # topology has samplers and learners: auto, off (one process per role), or a number of
     # sampler processes (README, "Topology")
     pack: str = "auto"
-    # A sampler process that runs more than 2 logical samplers of an algorithm that deals
+    # A sampler process that runs 2 or more logical samplers of an algorithm that deals
     # fragments' rows across memories (IMPALA) steps them together: one vector env of
     # env.envs_per_sampler envs (rounded up to a multiple of the memories), one policy call
     # a step: few CPUs then step as many envs as one sampler per CPU would, episodes end as

@@ -252,8 +252,8 @@ def check_samplers(topo: Topology, algo_name: str, reads_dataset: bool) -> None:
 @dataclass(frozen=True)
 class Packing:
     """Which logical roles share a process: ``samplers[p]`` are the logical samplers process p
-    runs (in turn, each with its envs, seed, memories and fault accounting; more than
-    ``LANES_ABOVE`` of an algorithm that deals rows step together: ``lane_envs``), ``memories[q]`` the
+    runs (in turn, each with its envs, seed, memories and fault accounting; several of an
+    algorithm that deals rows step together: ``lane_envs``), ``memories[q]`` the
     memories of memory process q, ``learners[g]`` the learner shards of learner process g
     (a process with several computes the mean gradient over their batches, as the
     all-reduce of one process per shard would)."""
@@ -287,15 +287,10 @@ class Packing:
         return ", ".join(parts)
 
 
-# A sampler process steps its logical samplers together once it runs more than this many
-# (``lane_envs``): up to here, it runs them in turn, each with all its envs.
-LANES_ABOVE = 2
-
-
 def lane_envs(samplers: int, envs_per_sampler: int, memories: int) -> int | None:
     """The envs a sampler process of ``samplers`` logical samplers steps together, as one
-    vector env with one policy call a step for all of them; None where it runs them in turn
-    (``LANES_ABOVE`` or fewer).
+    vector env with one policy call a step for all of them; None for a process of one
+    sampler, which steps its own envs.
 
     Together, the process steps one sampler's envs (``envs_per_sampler``), rounded up to a
     multiple of ``memories`` so that every memory takes the same share of each of its
@@ -306,7 +301,7 @@ def lane_envs(samplers: int, envs_per_sampler: int, memories: int) -> int | None
     come minutes late; more envs than one sampler's bring no more steps a second on the
     same CPUs, and each fragment then spans more updates (docs/performance.md, "Many envs on
     few cores")."""
-    if samplers <= LANES_ABOVE:
+    if samplers < 2:
         return None
     envs, memories = max(1, envs_per_sampler), max(1, memories)
     return -(-envs // memories) * memories

@@ -144,29 +144,39 @@ def make_samplers(cfg: DictConfig, algo: Algorithm, topo: Topology, packing: Pac
     # Watched, a process answers on a thread of its own, and its calls run on one of Ray's
     # pool threads; unwatched (run.stall_s=null), on its main thread.
     cls = remote.RemoteSampler if cfg.run.stall_s else remote.RemoteMainThreadSampler
+    samplers = []
+    for p, (group, lanes) in enumerate(zip(packing.samplers, lane_rows)):
+        samplers.append(cls.options(
+            name=role_name("sampler", group), num_cpus=plan.sampler_cpus,
+            resources=role_resources(cfg, "sampler"), runtime_env=runtime_env,
+            max_restarts=-1, max_task_retries=0).remote(
+                source, sampler_slots(cfg, algo, topo, group, lanes, memory_names),
+                pin=p if pin else None, lanes=group if lanes is not None else None))
+    return samplers
+
+
+def sampler_slots(cfg: DictConfig, algo: Algorithm, topo: Topology, group: tuple[int, ...],
+                  lanes: int | None, memory_names: dict[int, str]) -> list:
+    """What the sampler process of the logical samplers ``group`` runs: a slot for each of
+    them in turn, or, stepping them together, one sampler of ``lanes`` envs as the group's
+    first (its index and seed), whose fragments' rows are dealt across the memories; each
+    slot with the memories its rows go to (``SlotSpec``). Only the process is named by
+    ``group``: two topologies whose processes get the same slots collect the same data."""
+    from walle_ray.runtime import remote
+
     sync, rows = algo.loop == "sync", (cfg.env.envs_per_sampler if algo.deals_rows else None)
 
     def routes(parts) -> tuple:
         return () if sync else tuple((remote.MemoryRef(memory_names[k], k), part)
                                      for k, part in parts)
 
-    samplers = []
-    for p, (group, lanes) in enumerate(zip(packing.samplers, lane_rows)):
-        if lanes is not None:  # one sampler of ``lanes`` envs, as the group's first one (its
-            # index and seed), whose fragments' rows are dealt across the memories
-            lanes_cfg = OmegaConf.merge(cfg, {"env": {"envs_per_sampler": lanes}})
-            piece = piece_rows(cfg.env.envs_per_sampler, topo.memories)
-            slots = [remote.SlotSpec(*algo.sampler(lanes_cfg, topo, group[0]),
-                                     routes(lane_routes(topo, group[0], lanes, piece)))]
-        else:
-            slots = [remote.SlotSpec(*algo.sampler(cfg, topo, i), routes(topo.routes(i, rows)))
-                     for i in group]
-        samplers.append(cls.options(
-            name=role_name("sampler", group), num_cpus=plan.sampler_cpus,
-            resources=role_resources(cfg, "sampler"), runtime_env=runtime_env,
-            max_restarts=-1, max_task_retries=0).remote(source, slots, pin=p if pin else None,
-                                                       lanes=group if lanes is not None else None))
-    return samplers
+    if lanes is None:
+        return [remote.SlotSpec(*algo.sampler(cfg, topo, i), routes(topo.routes(i, rows)))
+                for i in group]
+    lanes_cfg = OmegaConf.merge(cfg, {"env": {"envs_per_sampler": lanes}})
+    piece = piece_rows(cfg.env.envs_per_sampler, topo.memories)
+    return [remote.SlotSpec(*algo.sampler(lanes_cfg, topo, group[0]),
+                            routes(lane_routes(topo, group[0], lanes, piece)))]
 
 
 def pins_samplers(cfg: DictConfig, processes: int, cluster_cpus: float) -> bool:

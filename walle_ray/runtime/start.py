@@ -24,7 +24,7 @@ from walle_ray.runtime.checkpoint import (CheckpointError, first_line, load_chec
                                           tensors_to_arrays)
 from walle_ray.runtime.role_setup import sampler_envs
 from walle_ray.runtime.run_dir import check_run_dir
-from walle_ray.topology import LANES_ABOVE, Topology, check_samplers, parse_topology
+from walle_ray.topology import Topology, check_samplers, parse_topology
 
 
 @dataclass
@@ -228,8 +228,8 @@ def lanes_note(cfg: DictConfig, algo: Algorithm, topo: Topology, packing) -> str
     most = max(range(len(lanes)), key=lambda p: (lanes[p] or 0, len(packing.samplers[p])))
     return (f"the {len(packing.samplers[most])} samplers of a sampler process step {lanes[most]} "
             f"envs together: {total} envs in all, so their episodes end as often as fewer "
-            f"samplers' would (env.envs_per_sampler={envs} holds where a process runs "
-            f"{LANES_ABOVE} samplers or fewer; topology.lanes=false keeps it everywhere)")
+            f"samplers' would (env.envs_per_sampler={envs} holds where a process runs one "
+            "sampler; topology.lanes=false keeps it everywhere)")
 
 
 def restore_memories(cfg: DictConfig, fleet, ckpt: dict) -> None:
