@@ -1,7 +1,7 @@
 """The headline as typed: ``python -m walle_ray algo=impala env=pong topology=T``, to 17.
 
     python benchmarks/headline_learning.py [--seeds 0 1 2] [--others 2a1m1l 8a1m1l 16a2m2l]
-                                           [--minutes 25] [--reuse]
+                                           [--other-seed N] [--minutes 25] [--reuse]
 
 Runs ``32a4m4l`` with each seed of ``--seeds`` and each of ``--others`` with the first seed
 (or ``--other-seed``; ``--seeds`` with no seed runs only the others),

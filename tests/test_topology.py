@@ -156,10 +156,11 @@ def test_only_impala_steps_a_process_of_samplers_together():
 
 @pytest.mark.parametrize("spec", ["4a1m1l", "8a1m1l", "32a1m1l"])
 def test_on_two_cpus_a_topology_of_one_memory_builds_the_samplers_of_2a1m1l(spec):
-    """On 2 CPUs IMPALA's samplers of any count step together in 2 processes, and those
-    processes are built as 2a1m1l's: the same sampler class, index, seed, envs and fragment
-    length, their rows to the same memory. So these topologies collect the same data, and
-    their runs differ only by the timing of an asynchronous run. Run in turn
+    """On 2 CPUs, 4, 8 or 32 IMPALA samplers step together in 2 processes, which run the
+    samplers of 2a1m1l's: the same sampler class, index, seed, envs and fragment length,
+    their rows to the same memory. So these topologies collect the same data (only the
+    processes' names and the split of their reports differ), and their runs differ as two
+    runs of 2a1m1l do, by the timing of an asynchronous run. Run in turn
     (topology.lanes=false), they would not."""
     from conftest import make_cfg
     from walle_ray.algos import algorithm_for
@@ -189,7 +190,8 @@ def test_on_two_cpus_a_topology_of_one_memory_builds_the_samplers_of_2a1m1l(spec
             return type(args)(plain(a) for a in args)
         return {k: plain(v) for k, v in args.items()} if isinstance(args, dict) else args
 
-    assert samplers(spec) == samplers("2a1m1l") == (16, samplers("2a1m1l")[1])
+    envs, slots = samplers("2a1m1l")
+    assert envs == 16 and len(slots) == 2 and samplers(spec) == (envs, slots)
     envs, apart = samplers(spec, "topology.lanes=false")
     assert envs == 8 * int(spec.split("a")[0]) and apart != samplers("2a1m1l")[1]
 
