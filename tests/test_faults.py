@@ -18,7 +18,7 @@ def last_record(run_dir):
 
 
 # Each kind of fault and each kind of loop once: a synchronous and an asynchronous run share
-# the sampler-death path (RayFleet._sampler_died) and the env-fault path (RestartingSampler).
+# the sampler-death path (SamplerRestarts.died) and the env-fault path (RestartingSampler).
 @pytest.mark.parametrize("algo,how", [("ppo", "raise"), ("impala", "exit")])
 def test_injected_sampler_faults_cost_a_fragment_each_and_the_run_finishes(tmp_path, algo, how):
     run_dir = tmp_path / "run"
@@ -94,3 +94,64 @@ def test_an_object_lost_with_a_node_rebuilds_the_roles():
     assert not lost_an_object(own)
     assert isinstance(role_failed("sampler-0", lost), RoleDied)
     assert not isinstance(role_failed("sampler-0", own), RoleDied)
+
+
+def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails_the_run():
+    """A sampler call that fails with Ray's bare OSError (its node's raylet gone, the process
+    about to go with it) is a death: counted, the process asked again once Ray restarted it.
+    A sampler's own error fails the run, and so do more than MAX_DEATHS deaths in a row."""
+    import ray
+
+    from walle_ray.actors.restart import SamplerFailed
+    from walle_ray.runtime.fleet import RoleDied, RoleFailed, lost_its_node, new_faults, role_failed
+    from walle_ray.runtime.ray_fleet import RayFleet
+    from walle_ray.runtime.sampler_restarts import SamplerRestarts
+
+    node_gone = ray.exceptions.RayTaskError("run", "tb", OSError("Broken pipe"))
+    own = ray.exceptions.RayTaskError("run", "tb", SamplerFailed("sampler-1: its env failed"))
+    missing = ray.exceptions.RayTaskError("train", "tb", FileNotFoundError(2, "no such file"))
+    assert lost_its_node(node_gone) and not lost_its_node(own) and not lost_its_node(missing)
+    # a learner whose memory lost its node: Ray's wrapper of the memory's error, in another
+    wrapped = ray.exceptions.RayTaskError("train", "tb", node_gone.as_instanceof_cause())
+    assert isinstance(role_failed("learner-0", wrapped), RoleDied)
+    assert not isinstance(role_failed("memory-0", missing), RoleDied)
+
+    class Ray:  # the calls in flight end as ``ended`` says
+        exceptions = ray.exceptions
+
+        def __init__(self, ended):
+            self.ended = ended
+
+        def wait(self, refs, num_returns, timeout):
+            return list(refs), []
+
+        def get(self, ref):
+            if isinstance(self.ended[ref], BaseException):
+                raise self.ended[ref]
+            return self.ended[ref]
+
+    forgot, called = [], []
+    fleet = RayFleet.__new__(RayFleet)  # the bookkeeping of ended calls alone
+    fleet.watch, fleet.faults = None, new_faults()
+    fleet.restarts = SamplerRestarts(["walle/sampler-0", "walle/sampler-1,3"], [(1, 4), (2, 4)],
+                                     fleet.faults, forgot.append)
+    fleet.restarts.ASK_AFTER_S = 0.0
+    fleet.samplers = [None, type("Handle", (), {"ready": type("M", (), {
+        "remote": staticmethod(lambda: "ready-1")})})]
+    fleet._call_sampler = called.append
+    fleet.ray = Ray({"run-0": [{"sampler": 0}], "run-1": node_gone, "ready-1": True})
+    fleet.pending = {"run-0": ("sampler", 0, None), "run-1": ("sampler", 1, None)}
+    done = fleet._finished(0.1)
+    assert [d[:2] for d in done] == [("sampler", 0)]
+    assert fleet.faults["sampler_restarts"] == 2 and fleet.faults["lost_fragments"] == 4
+    assert forgot == ["walle/sampler-1,3"] and fleet.restarts.restarting() == {"walle/sampler-1,3"}
+    assert fleet._finished(0.1) == [] and called == [1] and not fleet.restarts  # back, called
+
+    fleet.ray.ended["run-1"] = own
+    fleet.pending = {"run-1": ("sampler", 1, None)}
+    with pytest.raises(RoleFailed, match="sampler-1 failed: SamplerFailed"):
+        fleet._finished(0.1)
+    for _ in range(SamplerRestarts.MAX_DEATHS - 1):  # one death was counted above
+        fleet.restarts.died(1, node_gone)
+    with pytest.raises(RoleFailed, match="sampler-1,3 keeps dying"):
+        fleet.restarts.died(1, node_gone)

@@ -55,6 +55,8 @@ def role_failed(role: str, exc: BaseException) -> RoleFailed:
                         f"{first_line(cause)}")
     if lost_an_object(exc):  # what it read lived on a process or node that is gone
         return RoleDied(f"{role} lost an object it was reading: {type(cause).__name__}")
+    if lost_its_node(exc):
+        return RoleDied(f"{role} lost its node: {type(cause).__name__}: {first_line(cause)}")
     return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
 
 
@@ -65,6 +67,18 @@ def lost_an_object(exc: BaseException) -> bool:
 
     cause = getattr(exc, "cause", None) or exc
     return isinstance(cause, (ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError))
+
+
+def lost_its_node(exc: BaseException) -> bool:
+    """Whether an error raised inside a role (or inside a role it called) is Ray's bare
+    ``OSError`` ("Broken pipe", no errno): the process's link to its node's raylet broke, as
+    when the node is lost, in the moments before the process goes with it. The OS's own
+    errors carry an errno or a subclass (``FileNotFoundError``); an env's errors never leave
+    a sampler as they were raised (``RestartingSampler`` raises ``SamplerFailed``)."""
+    cause = exc
+    while getattr(cause, "cause", None) is not None:  # Ray's wrappers, one per role called
+        cause = cause.cause
+    return type(cause) is OSError and cause.errno is None
 
 
 @dataclass

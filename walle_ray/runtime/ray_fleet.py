@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 from omegaconf import DictConfig
 
-from walle_ray.runtime.checkpoint import first_line
-from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleFailed, RoleTimeout, Step,
-                                     capped, count_faults, new_faults, offline_updates_left,
-                                     role_failed, timed_update)
+from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleTimeout, Step, capped,
+                                     count_faults, lost_its_node, new_faults,
+                                     offline_updates_left, role_failed, timed_update)
 from walle_ray.runtime.role_setup import (make_learners, make_samplers, role_name,
                                          role_resources, sampler_envs)
+from walle_ray.runtime.sampler_restarts import SamplerRestarts
 from walle_ray.runtime.stalls import StallWatch
 from walle_ray.topology import (Packing, ResourcePlan, Topology, plan_packing,
                                 sampler_share_left)
@@ -41,8 +41,6 @@ class RayFleet:
     learners ``train`` (pulling from theirs) are called again as each call ends; a step
     collects the reports of the calls that ended.
     """
-
-    MAX_DEATHS = 3  # more deaths of one sampler process in a row, with no report between, fail the run
 
     def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space, plan: ResourcePlan, timeout_s: float,
@@ -97,11 +95,11 @@ class RayFleet:
                        for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))],
                       "learners (attaching memories)")
         self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
-        self.restarting: dict[int, float] = {}  # sampler process -> when to ask whether it is back
-        self.deaths = [0] * len(self.samplers)  # deaths of each sampler process since its last report
         if cfg.run.stall_s:
             self.watch = StallWatch(ray, self._roles, cfg.run.stall_s, cfg.run.stall_start_s,
                                     stall_dir)
+        self.restarts = SamplerRestarts(self.sampler_names, [self._death_cost(p) for p in range(
+            len(self.samplers))], self.faults, None if self.watch is None else self.watch.forget)
 
     def _fit_samplers_to_nodes(self) -> None:
         """On a cluster of several nodes, the samplers' CPU share cut to what the nodes they
@@ -159,12 +157,21 @@ class RayFleet:
         except self.ray.exceptions.RayTaskError as exc:
             raise role_failed(role, exc) from None
 
+    def _slots(self, p: int) -> int:
+        """The samplers process p collects with in turn: one where they step together."""
+        return 1 if self.lane_rows[p] is not None else len(self.packing.samplers[p])
+
     def _fragments_per_call(self, p: int) -> int:
         """Fragments each sampler of process p collects per call: ``algo.fragments_per_call``
         per process, at least one per sampler, so a packed process reports as often as one
-        sampler would; a process whose samplers step together is one sampler here."""
-        slots = 1 if self.lane_rows[p] is not None else len(self.packing.samplers[p])
-        return max(1, -(-self.cfg.algo.fragments_per_call // slots))
+        sampler would."""
+        return max(1, -(-self.cfg.algo.fragments_per_call // self._slots(p)))
+
+    def _death_cost(self, p: int) -> tuple[int, int]:
+        """(samplers, fragments) a death of process p loses: its call in flight. Samplers
+        that step together lose one sampler's call, as an env failure counts them."""
+        samplers = self._slots(p)
+        return samplers, samplers * (1 if self.sync else self._fragments_per_call(p))
 
     def _call_sampler(self, p: int) -> None:
         if self.sync:
@@ -183,29 +190,13 @@ class RayFleet:
         ref = self.learners[j].train.remote(updates, env_steps)
         self.pending[ref] = ("learner", j, None)
 
-    def _sampler_died(self, p: int, exc: BaseException) -> None:
-        """The one path for a dead sampler process: count what its samplers lost, ask again
-        once Ray has restarted it."""
-        self.deaths[p] += 1
-        if self.watch is not None:
-            self.watch.forget(self.sampler_names[p])  # the process Ray starts again is new
-        if self.deaths[p] > self.MAX_DEATHS:
-            raise RoleFailed(f"{self.sampler_names[p].removeprefix('walle/')} keeps dying "
-                             f"({first_line(exc)})")
-        # samplers that step together lose one sampler's call, as an env failure counts them
-        samplers = 1 if self.lane_rows[p] is not None else len(self.packing.samplers[p])
-        self.faults["sampler_restarts"] += samplers
-        self.faults["lost_fragments"] += samplers * (1 if self.sync else self._fragments_per_call(p))
-        self.restarting[p] = time.monotonic() + 0.2
-
     def _look_for_stalls(self) -> None:
         """A stalled sampler process is killed, for Ray to start again: its call in flight
         then fails as a death does. Any other stalled role is a RoleDied, for the driver to
         rebuild from the last checkpoint (``runtime/stalls.py``)."""
         if self.watch is None or not self.running:
             return
-        restarting = {self.sampler_names[p] for p in self.restarting}
-        for stall in self.watch.check(restarting):
+        for stall in self.watch.check(self.restarts.restarting()):
             handle = self._roles()[stall.name]
             self.watch.report(stall, handle)
             self.watch.forget(stall.name)
@@ -217,24 +208,23 @@ class RayFleet:
 
     def _call_lost(self, kind: str, index: int, exc: BaseException) -> None:
         """A call whose process died, or whose result was lost with its node: a learner's is
-        a RoleDied, a sampler's a death (``_sampler_died``); a restarted sampler that is not
-        back yet is asked again soon."""
+        a RoleDied, a sampler's a death (``SamplerRestarts.died``); a restarted sampler that
+        is not back yet is asked again soon."""
         if kind == "learner":
             raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
         if kind == "sampler":
-            self._sampler_died(index, exc)
+            self.restarts.died(index, exc)
         else:
-            self.restarting[index] = time.monotonic() + 0.2
+            self.restarts.not_back(index)
 
     def _finished(self, timeout_s: float) -> list[tuple]:
         """(kind, process index, result, fragment refs) of the calls that ended within
         ``timeout_s`` (a sampler process's result is a report per sampler); each restarted
         sampler process is called again."""
         self._look_for_stalls()
-        now = time.monotonic()
-        for i, when in list(self.restarting.items()):  # ask dead samplers whether they are back
-            if now >= when and not any(v[:2] == ("restarted", i) for v in self.pending.values()):
-                self.pending[self.samplers[i].ready.remote()] = ("restarted", i, None)
+        asking = {index for kind, index, _ in self.pending.values() if kind == "restarted"}
+        for i in self.restarts.due(asking):  # ask dead samplers whether they are back
+            self.pending[self.samplers[i].ready.remote()] = ("restarted", i, None)
         if not self.pending:  # every sampler is restarting: nothing to wait on yet
             time.sleep(min(timeout_s, 0.05))
             return []
@@ -250,16 +240,19 @@ class RayFleet:
                 self._call_lost(kind, index, exc)
                 continue
             except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
-                raise role_failed(f"{kind}-{index}", exc) from None
+                if kind == "learner" or not lost_its_node(exc):
+                    raise role_failed(f"{kind}-{index}", exc) from None
+                self._call_lost(kind, index, exc)
+                continue
             except self.ray.exceptions.ObjectLostError as exc:  # its result lived on a lost node
                 self._call_lost(kind, index, exc)
                 continue
             if kind == "restarted":
-                self.restarting.pop(index, None)
+                self.restarts.back(index)
                 self._call_sampler(index)
                 continue
             if kind == "sampler":
-                self.deaths[index] = 0
+                self.restarts.reported(index)
                 for report in result:
                     count_faults(self.faults, report)
             done.append((kind, index, result, extra))
@@ -330,9 +323,9 @@ class RayFleet:
                 self._call_sampler(p)
         reports: list = [None] * self.topo.samplers
         fragments: dict = {}  # sampler index -> its fragment's ref
-        while self.pending or self.restarting:
+        while self.pending or self.restarts:
             if time.perf_counter() > deadline:
-                late = sorted({v[1] for v in self.pending.values()} | set(self.restarting))
+                late = sorted({v[1] for v in self.pending.values()} | set(self.restarts))
                 raise RoleTimeout(f"{self.sampler_names[late[0]].removeprefix('walle/')} did not "
                                   f"answer within {self.timeout_s:.0f} s (run.role_timeout_s)")
             for _, _, stats, rollouts in self._finished(0.2):
