@@ -100,6 +100,8 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     """A sampler call that fails with Ray's bare OSError (its node's raylet gone, the process
     about to go with it) is a death: counted, the process asked again once Ray restarted it.
     A sampler's own error fails the run, and so do more than MAX_DEATHS deaths in a row."""
+    import errno
+
     import ray
 
     from walle_ray.actors.restart import SamplerFailed
@@ -107,14 +109,29 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     from walle_ray.runtime.ray_fleet import RayFleet
     from walle_ray.runtime.sampler_restarts import SamplerRestarts
 
-    node_gone = ray.exceptions.RayTaskError("run", "tb", OSError("Broken pipe"))
-    own = ray.exceptions.RayTaskError("run", "tb", SamplerFailed("sampler-1: its env failed"))
-    missing = ray.exceptions.RayTaskError("train", "tb", FileNotFoundError(2, "no such file"))
-    assert lost_its_node(node_gone) and not lost_its_node(own) and not lost_its_node(missing)
-    # a learner whose memory lost its node: Ray's wrapper of the memory's error, in another
-    wrapped = ray.exceptions.RayTaskError("train", "tb", node_gone.as_instanceof_cause())
+    def raised(where: str, error: BaseException, method: str = "run"):
+        """Ray's wrapper of ``error``, raised in ``where`` (the traceback's last frame)."""
+        trace = ("Traceback (most recent call last):\n"
+                 '  File "python/ray/_raylet.pyx", line 1897, in ray._raylet.execute_task\n'
+                 '  File "/home/ray/lib/python3.11/site-packages/walle_ray/runtime/'
+                 'sampler_worker.py", line 235, in run\n    ray.get(ref)\n'
+                 f'  File "{where}", line 571, in call\n{type(error).__name__}: {error}')
+        return ray.exceptions.RayTaskError(method, trace, error)
+
+    node_gone = raised("python/ray/_raylet.pyx", OSError("Broken pipe"))  # a frame Ray hides
+    assert lost_its_node(node_gone)
+    assert lost_its_node(raised("/usr/lib/python3/dist-packages/ray/actor.py", OSError("Broken pipe")))
+    own = raised("/usr/lib/python3.11/ctypes/__init__.py", OSError(
+        "libGL.so.1: cannot open shared object file: No such file or directory"))
+    for error in (own, raised("/site-packages/walle_ray/actors/restart.py", SamplerFailed("env")),
+                  raised("/home/ray/my_envs/arm.py", OSError("the arm does not answer")),
+                  raised("/site-packages/ray/_private/worker.py", OSError(errno.ENOSPC, "full")),
+                  raised("/site-packages/h5py/_hl/files.py", FileNotFoundError(2, "no file"))):
+        assert not lost_its_node(error) and not isinstance(role_failed("memory-0", error), RoleDied)
+    # a learner or sampler whose memory lost its node: the memory's error, in Ray's wrapper
+    wrapped = raised("python/ray/_raylet.pyx", node_gone.as_instanceof_cause(), "train")
     assert isinstance(role_failed("learner-0", wrapped), RoleDied)
-    assert not isinstance(role_failed("memory-0", missing), RoleDied)
+    assert lost_its_node(wrapped) and not lost_its_node(wrapped, nested=False)
 
     class Ray:  # the calls in flight end as ``ended`` says
         exceptions = ray.exceptions
@@ -147,11 +164,16 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     assert forgot == ["walle/sampler-1,3"] and fleet.restarts.restarting() == {"walle/sampler-1,3"}
     assert fleet._finished(0.1) == [] and called == [1] and not fleet.restarts  # back, called
 
-    fleet.ray.ended["run-1"] = own
+    fleet.ray.ended["run-1"] = own  # the library that would not load
     fleet.pending = {"run-1": ("sampler", 1, None)}
-    with pytest.raises(RoleFailed, match="sampler-1 failed: SamplerFailed"):
+    with pytest.raises(RoleFailed, match="sampler-1 failed: OSError: libGL") as failed:
+        fleet._finished(0.1)
+    assert not isinstance(failed.value, RoleDied)
+    fleet.ray.ended["run-1"] = wrapped  # the memory's node went: a rebuild, not this death
+    fleet.pending = {"run-1": ("sampler", 1, None)}
+    with pytest.raises(RoleDied, match="sampler-1 lost its node"):
         fleet._finished(0.1)
     for _ in range(SamplerRestarts.MAX_DEATHS - 1):  # one death was counted above
         fleet.restarts.died(1, node_gone)
-    with pytest.raises(RoleFailed, match="sampler-1,3 keeps dying"):
+    with pytest.raises(RoleFailed, match=r"sampler-1,3 keeps dying \(OSError: Broken pipe\)"):
         fleet.restarts.died(1, node_gone)

@@ -11,6 +11,7 @@ the ``Step`` a fleet returns, and the fault counters.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Callable
 from dataclasses import dataclass, field
@@ -69,16 +70,26 @@ def lost_an_object(exc: BaseException) -> bool:
     return isinstance(cause, (ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError))
 
 
-def lost_its_node(exc: BaseException) -> bool:
-    """Whether an error raised inside a role (or inside a role it called) is Ray's bare
-    ``OSError`` ("Broken pipe", no errno): the process's link to its node's raylet broke, as
-    when the node is lost, in the moments before the process goes with it. The OS's own
-    errors carry an errno or a subclass (``FileNotFoundError``); an env's errors never leave
-    a sampler as they were raised (``RestartingSampler`` raises ``SamplerFailed``)."""
-    cause = exc
+def lost_its_node(exc: BaseException, nested: bool = True) -> bool:
+    """Whether an error raised inside a role is Ray's ``OSError`` ("Broken pipe"): the
+    process's link to its node's raylet broke, as when the node is lost, in the moments
+    before the process goes with it. It is told from an ``OSError`` of other code (a library
+    that would not load, a full disk) by its lack of an errno and by where it was raised:
+    under a call of walle_ray's or Ray's, the last frame of the traceback Ray shows (Ray
+    hides its core's frames). ``nested``: an error of a role this one called counts too (a
+    learner reading from a memory whose node went)."""
+    wrapper, cause = None, exc
     while getattr(cause, "cause", None) is not None:  # Ray's wrappers, one per role called
-        cause = cause.cause
-    return type(cause) is OSError and cause.errno is None
+        if wrapper is not None and not nested:
+            return False
+        wrapper, cause = cause, cause.cause
+    if type(cause) is not OSError or cause.errno is not None or wrapper is None:
+        return False
+    frames = re.findall(r'File "([^"]+)"', str(wrapper))
+    return bool(frames) and RAY_CALLERS.search(frames[-1]) is not None
+
+
+RAY_CALLERS = re.compile(r"(^|[/\\])((site|dist)-packages[/\\]ray|walle_ray)[/\\]")
 
 
 @dataclass

@@ -240,7 +240,7 @@ class RayFleet:
                 self._call_lost(kind, index, exc)
                 continue
             except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
-                if kind == "learner" or not lost_its_node(exc):
+                if kind == "learner" or not lost_its_node(exc, nested=False):
                     raise role_failed(f"{kind}-{index}", exc) from None
                 self._call_lost(kind, index, exc)
                 continue

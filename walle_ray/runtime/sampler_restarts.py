@@ -36,8 +36,9 @@ class SamplerRestarts:
         if self.forget is not None:
             self.forget(self.names[p])  # the process Ray starts again is new
         if self.deaths[p] > self.MAX_DEATHS:
+            cause = getattr(exc, "cause", None) or exc  # not Ray's wrapper
             raise RoleFailed(f"{self.names[p].removeprefix('walle/')} keeps dying "
-                             f"({first_line(exc)})")
+                             f"({type(cause).__name__}: {first_line(cause)})")
         samplers, fragments = self.cost[p]
         self.faults["sampler_restarts"] += samplers
         self.faults["lost_fragments"] += fragments
