@@ -131,6 +131,7 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     # a learner or sampler whose memory lost its node: the memory's error, in Ray's wrapper
     wrapped = raised("python/ray/_raylet.pyx", node_gone.as_instanceof_cause(), "train")
     assert isinstance(role_failed("learner-0", wrapped), RoleDied)
+    assert "learner-0 lost its node: OSError" in str(role_failed("learner-0", node_gone))
     assert lost_its_node(wrapped) and not lost_its_node(wrapped, nested=False)
 
     class Ray:  # the calls in flight end as ``ended`` says
@@ -171,7 +172,7 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     assert not isinstance(failed.value, RoleDied)
     fleet.ray.ended["run-1"] = wrapped  # the memory's node went: a rebuild, not this death
     fleet.pending = {"run-1": ("sampler", 1, None)}
-    with pytest.raises(RoleDied, match="sampler-1 lost its node"):
+    with pytest.raises(RoleDied, match="sampler-1 lost a role it was using, with its node"):
         fleet._finished(0.1)
     for _ in range(SamplerRestarts.MAX_DEATHS - 1):  # one death was counted above
         fleet.restarts.died(1, node_gone)

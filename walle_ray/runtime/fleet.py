@@ -57,7 +57,9 @@ def role_failed(role: str, exc: BaseException) -> RoleFailed:
     if lost_an_object(exc):  # what it read lived on a process or node that is gone
         return RoleDied(f"{role} lost an object it was reading: {type(cause).__name__}")
     if lost_its_node(exc):
-        return RoleDied(f"{role} lost its node: {type(cause).__name__}: {first_line(cause)}")
+        whose = ("its node" if lost_its_node(exc, nested=False)
+                 else "a role it was using, with its node")
+        return RoleDied(f"{role} lost {whose}: {type(cause).__name__}: {first_line(cause)}")
     return RoleFailed(f"{role} failed: {type(cause).__name__}: {first_line(cause)}")
 
 
