@@ -101,6 +101,7 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     about to go with it) is a death: counted, the process asked again once Ray restarted it.
     A sampler's own error fails the run, and so do more than MAX_DEATHS deaths in a row."""
     import errno
+    from types import SimpleNamespace
 
     import ray
 
@@ -154,8 +155,7 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     fleet.restarts = SamplerRestarts(["walle/sampler-0", "walle/sampler-1,3"], [(1, 4), (2, 4)],
                                      fleet.faults, forgot.append)
     fleet.restarts.ASK_AFTER_S = 0.0
-    fleet.samplers = [None, type("Handle", (), {"ready": type("M", (), {
-        "remote": staticmethod(lambda: "ready-1")})})]
+    fleet.samplers = [None, SimpleNamespace(ready=SimpleNamespace(remote=lambda: "ready-1"))]
     fleet._call_sampler = called.append
     fleet.ray = Ray({"run-0": [{"sampler": 0}], "run-1": node_gone, "ready-1": True})
     fleet.pending = {"run-0": ("sampler", 0, None), "run-1": ("sampler", 1, None)}

@@ -72,6 +72,10 @@ def lost_an_object(exc: BaseException) -> bool:
     return isinstance(cause, (ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError))
 
 
+# where walle_ray's or Ray's own code runs, in a traceback's frame
+RAY_CALLERS = re.compile(r"(^|[/\\])((site|dist)-packages[/\\]ray|walle_ray)[/\\]")
+
+
 def lost_its_node(exc: BaseException, nested: bool = True) -> bool:
     """Whether an error raised inside a role is Ray's ``OSError`` ("Broken pipe"): the
     process's link to its node's raylet broke, as when the node is lost, in the moments
@@ -89,9 +93,6 @@ def lost_its_node(exc: BaseException, nested: bool = True) -> bool:
         return False
     frames = re.findall(r'File "([^"]+)"', str(wrapper))
     return bool(frames) and RAY_CALLERS.search(frames[-1]) is not None
-
-
-RAY_CALLERS = re.compile(r"(^|[/\\])((site|dist)-packages[/\\]ray|walle_ray)[/\\]")
 
 
 @dataclass

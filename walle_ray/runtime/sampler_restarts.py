@@ -49,7 +49,7 @@ class SamplerRestarts:
         self.when[p] = time.monotonic() + self.ASK_AFTER_S
 
     def due(self, asking: set[int]) -> list[int]:
-        """The restarting processes to ask now, but for those being ``asking`` already."""
+        """The restarting processes to ask now, but for those in ``asking`` (asked already)."""
         now = time.monotonic()
         return [p for p, when in self.when.items() if now >= when and p not in asking]
 
