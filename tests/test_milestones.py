@@ -266,3 +266,24 @@ def test_a_synchronous_run_stopped_at_its_return_keeps_the_weights_that_reached_
     assert result.stopped_by == "budget"
     ckpt = torch.load(tmp_path / "budget" / "checkpoints" / "last.pt", weights_only=True)
     assert ckpt["learner"]["version"] == 2
+
+
+def test_a_role_process_tells_its_cost_while_a_call_of_its_own_runs(ray_session):
+    """Samplers and learners answer ``usage`` on their watch thread: the run's cost is read
+    while a fragment or an update is under way, not after it (``Run._close`` reads it once
+    the loop ends, when a learner may still be waiting for batches)."""
+    import time
+
+    from walle_ray.runtime.role_process import Placed, Watched
+
+    class Busy(Watched, Placed):
+        def work(self, seconds: float) -> None:
+            time.sleep(seconds)
+
+    busy = ray_session.remote(concurrency_groups={"watch": 1})(Busy).options(num_cpus=0).remote()
+    ray_session.get(busy.where.remote())  # started
+    busy.work.remote(30.0)
+    t0 = time.monotonic()
+    answer = ray_session.get(busy.usage.remote(), timeout=20)
+    assert time.monotonic() - t0 < 20 and answer["cpu_s"] >= 0 and answer["gpu_s"] == 0.0
+    ray_session.kill(busy)

@@ -37,22 +37,28 @@ class Placed:
         return thread_stacks()
 
     def usage(self) -> dict:
-        """This process's cost so far (``runtime/milestones.py``): ``cpu_s``, the CPU time of
-        all its threads (env threads included); ``gpu_s``, the GPUs Ray gave it times its
-        lifetime. ``process`` names it across restarts (node and pid), so a process that
-        died keeps the cost it reported last."""
-        import psutil
+        return process_usage()
 
-        context = ray.get_runtime_context()
-        gpus = float(context.get_assigned_resources().get("GPU", 0.0))
-        alive_s = time.time() - psutil.Process().create_time()
-        return {"process": f"{context.get_node_id()[:12]}:{os.getpid()}",
-                "cpu_s": time.process_time(), "gpu_s": gpus * alive_s}
+
+def process_usage() -> dict:
+    """This process's cost so far (``runtime/milestones.py``): ``cpu_s``, the CPU time of all
+    its threads (env threads included); ``gpu_s``, the GPUs Ray gave it times its lifetime.
+    ``process`` names it across restarts (node and pid), so a process that died keeps the
+    cost it reported last."""
+    import psutil
+
+    context = ray.get_runtime_context()
+    gpus = float(context.get_assigned_resources().get("GPU", 0.0))
+    alive_s = time.time() - psutil.Process().create_time()
+    return {"process": f"{context.get_node_id()[:12]}:{os.getpid()}",
+            "cpu_s": time.process_time(), "gpu_s": gpus * alive_s}
 
 
 class Watched:
     """What a process that runs its own work (samplers, learners) answers on a thread of its
-    own, even while a call is under way or stuck (``runtime/stalls.py``)."""
+    own, even while a call is under way or stuck (``runtime/stalls.py``); its cost too, so
+    that the run's cost is read without waiting for a sampler's fragment or a learner's
+    update to end."""
 
     @ray.method(concurrency_group="watch")
     def progress(self) -> dict:
@@ -61,6 +67,10 @@ class Watched:
     @ray.method(concurrency_group="watch")
     def stacks(self) -> str:
         return thread_stacks()
+
+    @ray.method(concurrency_group="watch")
+    def usage(self) -> dict:
+        return process_usage()
 
 
 @dataclass(frozen=True)

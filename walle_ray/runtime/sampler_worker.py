@@ -14,7 +14,7 @@ import ray
 from walle_ray.actors.restart import RestartingSampler
 from walle_ray.pulse import PULSE, thread_stacks, working
 from walle_ray.runtime.process import prepare_process
-from walle_ray.runtime.role_process import Placed, Watched, actor_handle
+from walle_ray.runtime.role_process import Placed, Watched, actor_handle, process_usage
 
 
 # A sampler's per-fragment stats that a call's report sums over its fragments.
@@ -317,3 +317,6 @@ class MainThreadSamplerWorker(SamplerWorker):
 
     def stacks(self) -> str:
         return thread_stacks()
+
+    def usage(self) -> dict:
+        return process_usage()
