@@ -382,3 +382,36 @@ def test_a_learner_of_several_threads_prefers_the_node_with_the_most_cpus(monkey
     preference = node_preference(node)
     assert preference.node_id == node and preference.soft and preference._spill_on_unavailable
     assert node_preference(None) == "DEFAULT"
+
+
+def test_a_learner_told_the_loop_is_over_stops_waiting_for_batches(monkeypatch):
+    """At the end of a run the samplers stop, and a learner's ``train`` call waits for
+    batches that will not come. ``stop_waiting`` (``Run._close``, on the learner's watch
+    thread) ends that wait within one slice, so the final checkpoint's ``state_dict`` is not
+    held up by the wait's timeout; without it the wait runs to its deadline."""
+    from types import SimpleNamespace
+
+    from walle_ray.runtime import learner_worker
+
+    clock = {"now": 0.0, "waits": []}
+    worker = learner_worker.LearnerWorker.__new__(learner_worker.LearnerWorker)
+    source = SimpleNamespace(shards=[0], keys=[0], ask=lambda: "ref")
+    worker.sources, worker.inflight, worker.held, worker.prefetch = [source], [], [[]], 1
+    worker.stopping = False
+
+    def wait(refs, num_returns, timeout):  # nothing is ever served
+        clock["waits"].append(timeout)
+        clock["now"] += timeout
+        if len(clock["waits"]) == stop_after:
+            worker.stopping = True  # as the watch thread sets it
+        return [], refs
+
+    monkeypatch.setattr(learner_worker.ray, "wait", wait)
+    monkeypatch.setattr(learner_worker.time, "perf_counter", lambda: clock["now"])
+    stop_after = 3
+    assert worker._next_batches(timeout_s=2.0) == [None]
+    assert len(clock["waits"]) == 3 and max(clock["waits"]) <= 0.1 and clock["now"] < 0.5
+    clock["waits"].clear()
+    worker.stopping, stop_after = False, None  # never told: it waits out its 2 s
+    assert worker._next_batches(timeout_s=2.0) == [None]
+    assert clock["now"] > 2.29 and len(clock["waits"]) >= 20

@@ -263,6 +263,9 @@ class LocalFleet:
     def usage_answers(self, asked: list, timeout_s: float) -> tuple[list[dict], list]:
         return [], []
 
+    def stop_learning(self) -> None:
+        """The loop is over; here no learner waits for batches on a thread of its own."""
+
     def learner_state(self) -> dict:
         return self.learner.state_dict()
 

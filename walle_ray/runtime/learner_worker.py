@@ -78,6 +78,7 @@ class LearnerWorker(Watched, Placed):
         self.inflight: list[tuple] = []  # (source, ref of a sample_many call), oldest first
         self.held: list[deque] = []  # per shard: (memory, batch) served beyond an update's need
         self.first_update_at = 0.0  # wall-clock time of this process's first update
+        self.stopping = False  # the run's loop is over: wait for no more batches
 
     def attach(self, shards: list[list[MemoryRef]], publish_to=None, publishes: bool = False,
                prefetch: int = 2, publish_every: int = 1) -> None:
@@ -101,15 +102,18 @@ class LearnerWorker(Watched, Placed):
             self.inflight += [(source, source.ask())
                               for _ in range(self.prefetch - asked) if self._wants(source)]
         deadline = time.perf_counter() + timeout_s
-        while any(pair is None for pair in served):
+        while any(pair is None for pair in served) and not self.stopping:
             refs = [ref for _, ref in self.inflight]
             if not refs:  # every source's shards hold batches enough: a shard starves
                 time.sleep(min(timeout_s, 0.05))
                 break
+            # in slices, so that ``stop_waiting`` is seen within one
             ready, _ = ray.wait(refs, num_returns=1,
-                                timeout=max(0.0, deadline - time.perf_counter()))
+                                timeout=max(0.0, min(0.1, deadline - time.perf_counter())))
             if not ready:
-                break
+                if time.perf_counter() >= deadline:
+                    break
+                continue
             source, ref = self.inflight.pop(refs.index(ready[0]))
             if self._wants(source):
                 self.inflight.append((source, source.ask()))  # keep its prefetch
@@ -245,6 +249,13 @@ class LearnerWorker(Watched, Placed):
         """Weights for samplers (``...0p``), answered on a thread of its own, so samplers
         need not wait for a long ``train`` call to end."""
         return self.ps.latest(have_version)
+
+    @ray.method(concurrency_group="watch")
+    def stop_waiting(self) -> None:
+        """The run's loop is over (``Run._close``): a ``train`` call that waits for batches
+        the stopped samplers will not send ends now, rather than after its timeout, so the
+        final checkpoint's ``state_dict`` is answered at once."""
+        self.stopping = True
 
     def state_dict(self) -> dict:
         return self.learner.state_dict()

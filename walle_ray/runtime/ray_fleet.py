@@ -355,6 +355,17 @@ class RayFleet:
         return Step(reports, [timed_update(metrics, rows, t2 - t1)],
                     {"collect_s": t1 - t0, "learn_s": t2 - t1})
 
+    def stop_learning(self) -> None:
+        """The loop is over: learners waiting for batches stop waiting (a dead one is left
+        to ``shutdown``)."""
+        refs = [lr.stop_waiting.remote() for lr in self.learners]
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=1.0)
+        for ref in ready:
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayError:
+                pass
+
     def learner_state(self) -> dict:
         return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
 

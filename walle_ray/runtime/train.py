@@ -239,6 +239,7 @@ class Run:
         run that ended writes one even after no iteration (this command's minutes and
         core-hours count); one stopped by an error only if it learned since the last."""
         self.progress.close()
+        self.fleet.stop_learning()
         self.milestones.finish()
         try:
             if ended or self.counters["iterations"] > self.last_saved_iteration or not (
