@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 
 
+ADAM_EPS = 1e-8  # Adam's own default, for the algorithms that take no eps setting
+
+
 def make_optimizer(params, name: str, lr: float, eps: float, alpha: float = 0.99) -> torch.optim.Optimizer:
     """``adam`` (PyTorch's fused kernel) or ``rmsprop`` (foreach kernels): one call steps
     all parameters."""

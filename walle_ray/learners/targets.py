@@ -31,9 +31,8 @@ def hard_update(target: nn.Module, online: nn.Module) -> None:
 
 @torch.no_grad()
 def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * online, parameter by parameter."""
-    for t, p in zip(target.parameters(), online.parameters()):
-        t.lerp_(p, tau)
+    """target <- (1 - tau) * target + tau * online, every parameter in one foreach call."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
 def batch_tensors(batches: Sequence[ReplayBatch], names: Sequence[str], device: torch.device,

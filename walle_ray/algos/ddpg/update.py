@@ -13,6 +13,7 @@ from walle_ray.algos.ddpg.loss import (actor_loss, critic_loss, critic_targets,
 from walle_ray.batch import ReplayBatch
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.guard import NonFiniteGuard
+from walle_ray.learners.optim import ADAM_EPS, make_optimizer
 from walle_ray.learners.targets import (PriorityFeedback, batch_tensors, hard_update, make_target,
                                        polyak_update)
 from walle_ray.models.deterministic import DeterministicActorCritic
@@ -33,8 +34,8 @@ class DDPGUpdate(PriorityFeedback):
         self.critic_params = list(model.critics.parameters())
         actor_lr = cfg.lr if cfg.actor_lr is None else cfg.actor_lr
         critic_lr = cfg.lr if cfg.critic_lr is None else cfg.critic_lr
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=actor_lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=critic_lr)
+        self.actor_optimizer = make_optimizer(self.actor_params, "adam", actor_lr, ADAM_EPS)
+        self.critic_optimizer = make_optimizer(self.critic_params, "adam", critic_lr, ADAM_EPS)
         self.guard = NonFiniteGuard()
         self.updates = 0
 

@@ -11,6 +11,7 @@ from walle_ray.algos.dqn.loss import dqn_loss, q_targets
 from walle_ray.batch import ReplayBatch
 from walle_ray.learners.collective import Collective
 from walle_ray.learners.guard import NonFiniteGuard
+from walle_ray.learners.optim import make_optimizer
 from walle_ray.learners.targets import (PriorityFeedback, batch_tensors, hard_update, make_target,
                                        polyak_update)
 from walle_ray.models.q_network import QNetwork
@@ -26,7 +27,7 @@ class DQNUpdate(PriorityFeedback):
         self.collective = collective
         self.device = device
         self.target = make_target(model)
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = make_optimizer(model.parameters(), "adam", cfg.lr, cfg.adam_eps)
         self.guard = NonFiniteGuard()
         self.updates = 0
 

@@ -11,6 +11,7 @@ from walle_ray.algos.es.model import ESPolicy
 from walle_ray.algos.es.ops import es_gradient, noise_table
 from walle_ray.algos.es.sampler import Evaluations
 from walle_ray.learners.collective import Collective
+from walle_ray.learners.optim import ADAM_EPS, make_optimizer
 from walle_ray.learners.update_rule import UpdateRule
 from walle_ray.pulse import PULSE
 
@@ -23,7 +24,7 @@ class ESUpdate(UpdateRule):
 
     def __init__(self, cfg: ESConfig, model: ESPolicy, collective: Collective,
                  total_env_steps: int, device: torch.device):
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        optimizer = make_optimizer(model.parameters(), "adam", cfg.lr, ADAM_EPS)
         super().__init__(model, collective, optimizer, False, total_env_steps, device)
         self.cfg = cfg
         self.table = noise_table(cfg.noise_size, cfg.noise_seed)
