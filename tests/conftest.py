@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -63,73 +66,109 @@ def ray_session():
 class SharedCluster:
     """One Ray instance on loopback (``ray start --head``) that the runs of ``run_cli`` join,
     as runs join a cluster a user started, instead of each starting and stopping its own:
-    that is most of a short run's time on 2 cores. Its own temp dir and ports, so a run that
-    starts its own instance (``Popen`` in the tests of signals, start-up and the dashboard;
-    a run with user code on its PYTHONPATH) neither finds nor disturbs it."""
+    that is most of a short run's time on 2 cores. Its own temp dir and every port of its
+    own, so a run that starts its own instance (``Popen`` in the tests of signals, start-up
+    and the dashboard; a run with user code on its PYTHONPATH) neither finds nor disturbs
+    it. It dies with the test session, even a killed one."""
+
+    PORTS = ("port", "dashboard-port", "metrics-export-port", "dashboard-agent-listen-port",
+             "dashboard-agent-grpc-port", "runtime-env-agent-port", "ray-client-server-port")
 
     def __init__(self) -> None:
         self.env: dict | None = None
         self.head: subprocess.Popen | None = None
         self.temp_dir = ""
-        self.pythonpath = os.environ.get("PYTHONPATH")  # as the session began
+        self.failed = False
+        self.base = self._environ()  # the environment as the session began
+        self.runs = {"joined": 0, "own": 0}  # run_cli's runs, for the session's summary
+
+    # set in this process by pytest for each test, and by an in-process ``ray.init``
+    VOLATILE = {"PYTEST_CURRENT_TEST", "PYTHONBREAKPOINT"}
+
+    @classmethod
+    def _environ(cls) -> dict:
+        return {k: v for k, v in os.environ.items() if k not in cls.VOLATILE}
 
     def joins(self, args: tuple, env: dict | None) -> bool:
-        """Whether a run joins it: not one that brings its own environment or user code
-        (a worker of the instance has the instance's environment, not the run's), names its
-        own cluster, or plants faults (their log is a detached actor that would outlive the
-        run in the shared instance)."""
-        return (env is None and os.environ.get("PYTHONPATH") == self.pythonpath
-                and not any(a.startswith(("run.ray_address=", "env.id=walle/Faulty"))
-                            for a in args))
+        """Whether a run joins it: not one that brings an environment of its own or user
+        code (a worker of the instance has the instance's environment, not the run's), names
+        its own cluster or CPUs, or plants faults (their log is a detached actor that would
+        outlive the run in the shared instance)."""
+        return (not self.failed and env is None and self._environ() == self.base
+                and not any(a.startswith(("run.ray_address=", "run.ray_num_cpus=",
+                                          "env.id=walle/Faulty")) for a in args))
 
     def address_env(self) -> dict:
-        if self.env is None:
-            self._start()
-        return self.env
+        """The variables that make a run join it (started on first use); none if it could
+        not start, and the runs then start their own."""
+        if self.env is None and not self.failed:
+            try:
+                self._start()
+            except Exception as exc:  # noqa: BLE001 - any failure: the runs start their own
+                self.failed = True
+                self.stop()
+                warnings.warn(f"no shared Ray instance ({exc}); each run starts its own")
+                return {}
+        return self.env or {}
 
     def _start(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
+        ports = {}
+        for name in self.PORTS:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports[name] = s.getsockname()[1]
+        env = {**self.base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
                "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("RAY_ADDRESS", None)
         self.temp_dir = tempfile.mkdtemp(prefix="wr-", dir="/tmp")  # socket paths stay short
         ray = str(Path(sys.executable).with_name("ray"))
-        self.head = subprocess.Popen(
-            [ray, "start", "--head", "--block", "--num-cpus=2", "--node-ip-address=127.0.0.1",
-             f"--port={port}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
+        with open(Path(self.temp_dir) / "head.log", "w") as log:
+            self.head = subprocess.Popen(
+                [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+                 "--include-dashboard=false", f"--temp-dir={self.temp_dir}",
+                 *(f"--{name}={port}" for name, port in ports.items())],
+                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent)
+        env["RAY_ADDRESS"] = f"127.0.0.1:{ports['port']}"
         probe = "import ray; ray.init(); ray.shutdown()"
         deadline = time.monotonic() + 90
-        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
         while subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                              timeout=90).returncode != 0:
-            assert self.head.poll() is None, self.head.stdout.read()
-            assert time.monotonic() < deadline, "the shared Ray instance did not come up"
+            if self.head.poll() is not None:
+                raise RuntimeError((Path(self.temp_dir) / "head.log").read_text()[-2000:])
+            if time.monotonic() > deadline:
+                raise RuntimeError("it did not come up within 90 s")
             time.sleep(1)
         self.env = {k: env[k] for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
 
     def stop(self) -> None:
-        if self.head is None:
-            return
-        # ``ray start --block`` takes half a minute to end after SIGTERM: its group is
-        # killed after 5 s, as nothing is left to save.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.head.pid, signal.SIGTERM)
-        try:
-            self.head.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        head, self.head = self.head, None
+        if head is not None:
+            # ``ray start --block`` takes half a minute to end after SIGTERM: its group is
+            # killed after 5 s, as nothing is left to save.
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.head.pid, signal.SIGKILL)
-            self.head.wait(timeout=30)
-        import shutil
+                os.killpg(head.pid, signal.SIGTERM)
+            try:
+                head.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(head.pid, signal.SIGKILL)
+                head.wait(timeout=30)
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+def _die_with_parent() -> None:
+    """In the child: the kernel kills it when the test session's process dies (Linux), and
+    ``ray start --block``'s reaper then ends the instance's processes."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 SHARED = SharedCluster()
+atexit.register(SHARED.stop)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -138,12 +177,21 @@ def shared_cluster():
     SHARED.stop()
 
 
+def pytest_terminal_summary(terminalreporter):
+    runs = SHARED.runs
+    if runs["joined"] or runs["own"]:
+        terminalreporter.write_line(
+            f"run_cli: {runs['joined']} runs joined the shared Ray instance, {runs['own']} "
+            "started their own or none" + (" (it could not start)" if SHARED.failed else ""))
+
+
 def run_cli(*args: str, timeout: float = 300, check: bool = True,
             env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real command line (with ``env`` added to the environment); returns the
     finished process with its output. It joins the session's shared Ray instance where
     ``SharedCluster.joins`` says it may."""
     joined = SHARED.address_env() if SHARED.joins(args, env) else {}
+    SHARED.runs["joined" if joined else "own"] += 1
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **joined, **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "walle_ray", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)

@@ -395,7 +395,8 @@ def test_a_learner_told_the_loop_is_over_stops_waiting_for_batches(monkeypatch):
 
     clock = {"now": 0.0, "waits": []}
     worker = learner_worker.LearnerWorker.__new__(learner_worker.LearnerWorker)
-    source = SimpleNamespace(shards=[0], keys=[0], ask=lambda: "ref")
+    asks = []
+    source = SimpleNamespace(shards=[0], keys=[0], ask=lambda: asks.append(1) or "ref")
     worker.sources, worker.inflight, worker.held, worker.prefetch = [source], [], [[]], 1
     worker.stopping = False
 
@@ -406,11 +407,14 @@ def test_a_learner_told_the_loop_is_over_stops_waiting_for_batches(monkeypatch):
             worker.stopping = True  # as the watch thread sets it
         return [], refs
 
-    monkeypatch.setattr(learner_worker.ray, "wait", wait)
-    monkeypatch.setattr(learner_worker.time, "perf_counter", lambda: clock["now"])
+    # the module's own names, not the global modules other threads use
+    monkeypatch.setattr(learner_worker, "ray", SimpleNamespace(wait=wait))
+    monkeypatch.setattr(learner_worker, "time", SimpleNamespace(perf_counter=lambda: clock["now"]))
     stop_after = 3
     assert worker._next_batches(timeout_s=2.0) == [None]
     assert len(clock["waits"]) == 3 and max(clock["waits"]) <= 0.1 and clock["now"] < 0.5
+    assert worker._next_batches(timeout_s=2.0) == [None]  # told: no wait, and nothing asked
+    assert len(clock["waits"]) == 3 and len(asks) == 1
     clock["waits"].clear()
     worker.stopping, stop_after = False, None  # never told: it waits out its 2 s
     assert worker._next_batches(timeout_s=2.0) == [None]

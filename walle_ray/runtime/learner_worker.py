@@ -88,6 +88,7 @@ class LearnerWorker(Watched, Placed):
         self.shards, self.publish_to, self.publishes = shards, publish_to, publishes
         self.sources = batch_sources(shards)
         self.inflight = []
+        self.stopping = False
         self.held = [deque() for _ in shards]
         self.prefetch = prefetch
         self.publish_every = publish_every
@@ -95,9 +96,12 @@ class LearnerWorker(Watched, Placed):
     def _next_batches(self, timeout_s: float = 2.0) -> list:
         """A (memory, batch) pair for each shard, from the requests in flight (each source
         keeps ``prefetch``; ``batch_sources``), or None for a shard that none served within
-        ``timeout_s``. Batches served beyond what this update needs wait for the next."""
+        ``timeout_s`` (or at all, once ``stop_waiting`` was called). Batches served beyond
+        what this update needs wait for the next."""
         served = [held.popleft() if held else None for held in self.held]
-        for source in self.sources:  # keep ``prefetch`` requests in flight to each source
+        for source in self.sources if not self.stopping else []:
+            # keep ``prefetch`` requests in flight to each source; none once the loop is over
+            # (a queue hands out what it serves, and a snapshotted memory should keep it)
             asked = sum(src is source for src, _ in self.inflight)
             self.inflight += [(source, source.ask())
                               for _ in range(self.prefetch - asked) if self._wants(source)]
@@ -115,7 +119,7 @@ class LearnerWorker(Watched, Placed):
                     break
                 continue
             source, ref = self.inflight.pop(refs.index(ready[0]))
-            if self._wants(source):
+            if self._wants(source) and not self.stopping:
                 self.inflight.append((source, source.ask()))  # keep its prefetch
             for key, shard, batch in zip(source.keys, source.shards, ray.get(ref), strict=True):
                 if batch is None:

@@ -239,9 +239,9 @@ class Run:
         run that ended writes one even after no iteration (this command's minutes and
         core-hours count); one stopped by an error only if it learned since the last."""
         self.progress.close()
-        self.fleet.stop_learning()
         self.milestones.finish()
         try:
+            self.fleet.stop_learning()
             if ended or self.counters["iterations"] > self.last_saved_iteration or not (
                     self.run_dir / "checkpoints" / "last.pt").exists():
                 self.checkpoint()
