@@ -82,12 +82,15 @@ class SharedCluster:
         self.base = self._environ()  # the environment as the session began
         self.runs = {"joined": 0, "own": 0}  # run_cli's runs, for the session's summary
 
-    # set in this process by pytest for each test, and by an in-process ``ray.init``
-    VOLATILE = {"PYTEST_CURRENT_TEST", "PYTHONBREAKPOINT"}
+    # what this process sets for itself: pytest for each test, an in-process ``ray.init``
+    # (RAY_USAGE_STATS_ENABLED, RAY_AUTH_MODE, RAY_CLIENT_MODE, PYTHONBREAKPOINT), torch's
+    # compiler; RAY_ADDRESS, which a test may set, counts
+    OWN = ("PYTEST_", "RAY_", "TORCHINDUCTOR_", "PYTHONBREAKPOINT")
 
     @classmethod
     def _environ(cls) -> dict:
-        return {k: v for k, v in os.environ.items() if k not in cls.VOLATILE}
+        return {k: v for k, v in os.environ.items()
+                if not k.startswith(cls.OWN) or k == "RAY_ADDRESS"}
 
     def joins(self, args: tuple, env: dict | None) -> bool:
         """Whether a run joins it: not one that brings an environment of its own or user
