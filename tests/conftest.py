@@ -147,18 +147,24 @@ class SharedCluster:
     def stop(self) -> None:
         head, self.head = self.head, None
         if head is not None:
-            # ``ray start --block`` takes half a minute to end after SIGTERM: its group is
-            # killed after 5 s, as nothing is left to save.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(head.pid, signal.SIGTERM)
-            try:
-                head.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(head.pid, signal.SIGKILL)
-                head.wait(timeout=30)
+            stop_ray_head(head)
         if self.temp_dir:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def stop_ray_head(head: subprocess.Popen) -> None:
+    """End a ``ray start --head --block`` started in a process group of its own. It outlives
+    its processes by half a minute after SIGTERM, and nothing is left to save once the tests
+    are over: after 5 s the group is killed. The group may empty itself between the wait and
+    the kill: nothing left to kill."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head.pid, signal.SIGTERM)
+    try:
+        head.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait(timeout=30)
 
 
 def _die_with_parent() -> None:

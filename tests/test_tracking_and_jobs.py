@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -21,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, make_cfg, run_cli
+from conftest import ROOT, make_cfg, run_cli, stop_ray_head
 from walle_ray.algos import validate
 from walle_ray.runtime.args import rewrite_args
 from walle_ray.config import CONF_DIR
@@ -161,17 +159,7 @@ def ray_cluster():
             time.sleep(1)
         yield env, ports
     finally:
-        # ``ray start --block`` outlives its processes by half a minute after SIGTERM, and
-        # nothing is left to save once the test is over: after 5 s the group is killed.
-        # The group may empty itself between the wait and the kill: nothing left to kill.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(head.pid, signal.SIGKILL)
-            head.wait(timeout=30)
+        stop_ray_head(head)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
