@@ -358,13 +358,7 @@ class RayFleet:
     def stop_learning(self) -> None:
         """The loop is over: learners waiting for batches stop waiting (a dead one is left
         to ``shutdown``)."""
-        refs = [lr.stop_waiting.remote() for lr in self.learners]
-        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=1.0)
-        for ref in ready:
-            try:
-                self.ray.get(ref)
-            except self.ray.exceptions.RayError:
-                pass
+        self._answers([lr.stop_waiting.remote() for lr in self.learners], timeout_s=1.0)
 
     def learner_state(self) -> dict:
         return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
@@ -394,7 +388,14 @@ class RayFleet:
     def usage_answers(self, asked: list, timeout_s: float) -> tuple[list[dict], list]:
         """(the answers among ``asked`` that came within ``timeout_s``, the calls still in
         flight). A process that died or is restarting answers nothing."""
-        ready, waiting = self.ray.wait(asked, num_returns=len(asked), timeout=timeout_s)
+        return self._answers(asked, timeout_s)
+
+    def _answers(self, refs: list, timeout_s: float) -> tuple[list, list]:
+        """What the calls ``refs`` returned within ``timeout_s``, leaving out those that
+        ended in an error, and the calls still in flight."""
+        if not refs:
+            return [], []
+        ready, waiting = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         answers = []
         for ref in ready:
             try:
