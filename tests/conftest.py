@@ -81,23 +81,31 @@ class SharedCluster:
         self.failed = False
         self.base = self._environ()  # the environment as the session began
         self.runs = {"joined": 0, "own": 0}  # run_cli's runs, for the session's summary
+        self.changes: set[str] = set()  # variables that kept a run from joining, for it too
 
     # what this process sets for itself: pytest for each test, an in-process ``ray.init``
     # (RAY_USAGE_STATS_ENABLED, RAY_AUTH_MODE, RAY_CLIENT_MODE, PYTHONBREAKPOINT), torch's
-    # compiler; RAY_ADDRESS, which a test may set, counts
-    OWN = ("PYTEST_", "RAY_", "TORCHINDUCTOR_", "PYTHONBREAKPOINT")
+    # compiler (TORCHINDUCTOR_CACHE_DIR, and _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR once it
+    # loads a kernel: a name with a leading underscore is a library's own); RAY_ADDRESS,
+    # which a test may set, counts
+    OWN = ("PYTEST_", "RAY_", "TORCHINDUCTOR_", "PYTHONBREAKPOINT", "_")
 
     @classmethod
     def _environ(cls) -> dict:
         return {k: v for k, v in os.environ.items()
                 if not k.startswith(cls.OWN) or k == "RAY_ADDRESS"}
 
+    def changed(self) -> list[str]:
+        """The variables that differ from the session's start and keep runs from joining."""
+        now = self._environ()
+        return sorted(k for k in {*now, *self.base} if now.get(k) != self.base.get(k))
+
     def joins(self, args: tuple, env: dict | None) -> bool:
         """Whether a run joins it: not one that brings an environment of its own or user
         code (a worker of the instance has the instance's environment, not the run's), names
         its own cluster or CPUs, or plants faults (their log is a detached actor that would
         outlive the run in the shared instance)."""
-        return (not self.failed and env is None and self._environ() == self.base
+        return (not self.failed and env is None and not self.changed()
                 and not any(a.startswith(("run.ray_address=", "run.ray_num_cpus=",
                                           "env.id=walle/Faulty")) for a in args))
 
@@ -191,7 +199,9 @@ def pytest_terminal_summary(terminalreporter):
     if runs["joined"] or runs["own"]:
         terminalreporter.write_line(
             f"run_cli: {runs['joined']} runs joined the shared Ray instance, {runs['own']} "
-            "started their own or none" + (" (it could not start)" if SHARED.failed else ""))
+            "started their own or none" + (" (it could not start)" if SHARED.failed else "")
+            + (f"; the environment had changed: {', '.join(sorted(SHARED.changes))}"
+               if SHARED.changes else ""))
 
 
 def run_cli(*args: str, timeout: float = 300, check: bool = True,
@@ -200,6 +210,8 @@ def run_cli(*args: str, timeout: float = 300, check: bool = True,
     finished process with its output. It joins the session's shared Ray instance where
     ``SharedCluster.joins`` says it may."""
     joined = SHARED.address_env() if SHARED.joins(args, env) else {}
+    if env is None:
+        SHARED.changes.update(SHARED.changed())
     SHARED.runs["joined" if joined else "own"] += 1
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **joined, **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "walle_ray", *args], cwd=ROOT, env=env,

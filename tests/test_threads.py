@@ -60,12 +60,12 @@ def test_a_learner_keeps_threads_it_was_given_and_chooses_only_when_asked(monkey
     from test_ppo_update import batch
 
     from walle_ray.models import make_actor_critic
-    from walle_ray.runtime import learner_worker
+    from walle_ray.runtime import learner_worker, threads
     from walle_ray.runtime.process import usable_cpus
 
     monkeypatch.setattr(learner_worker.ray, "get", lambda refs: refs)  # the fragments themselves
     clock = {"now": 0.0}
-    monkeypatch.setattr(learner_worker.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(threads.time, "perf_counter", lambda: clock["now"])
     cfg = make_cfg("algo.minibatch_size=32", "algo.epochs=1")
     obs, act = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), gym.spaces.Discrete(3)
     before = torch.get_num_threads()
@@ -90,3 +90,44 @@ def test_a_learner_keeps_threads_it_was_given_and_chooses_only_when_asked(monkey
         assert seen == [1, 2, 1, 2, 1, 2, 1, 1, 1, 1] and worker.threads.chosen == 1
     else:  # one usable CPU: nothing to choose, and nothing timed
         assert seen == [1] * 10 and worker.threads.chosen == 1 and worker.threads.calls == 0
+
+
+@pytest.mark.parametrize("given", [None, 1])
+def test_a_local_run_gives_its_learner_the_processs_cpus_and_times_them(monkeypatch, given):
+    """topology=local: every role takes turns in the driver, so its learner runs a thread on
+    each CPU of the process and times them against one, update by update (one gradient step
+    each) as it drains the memory; ``learner.torch_threads`` fixes them. Here a fake clock
+    makes each update take 10 ms a thread, so one thread is faster."""
+    from walle_ray.envs import env_spaces
+    from walle_ray.runtime import threads
+    from walle_ray.runtime.fleet import LocalFleet
+    from walle_ray.runtime.process import usable_cpus
+    from walle_ray.topology import parse_topology
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(threads.time, "perf_counter", lambda: clock["now"])
+    cfg = make_cfg("algo=impala", "env=cartpole", "topology=local", "algo.batch_size=2",
+                   "algo.fragment_length=8", "env.envs_per_sampler=2",
+                   *([f"learner.torch_threads={given}"] if given else []))
+    before = torch.get_num_threads()
+    fleet = LocalFleet(cfg, algorithm_for(cfg.algo), parse_topology("local"), *env_spaces(cfg.env))
+    try:
+        update = fleet.learner.update
+
+        def ten_ms_a_thread(batches, env_steps):
+            clock["now"] += 0.01 * torch.get_num_threads()
+            return update(batches, env_steps)
+
+        fleet.learner.update = ten_ms_a_thread
+        fleet.start()
+        seen = []
+        while len(seen) < 10:
+            seen += [m["torch_threads"] for m in fleet.step(0).learned]
+    finally:
+        fleet.shutdown()
+        torch.set_num_threads(before)
+    cpus = usable_cpus()
+    if given or cpus == 1:
+        assert seen[:10] == [1] * 10 and fleet.threads.calls == 0
+    else:
+        assert seen[:10] == [1, cpus, 1, cpus, 1, cpus, 1, 1, 1, 1] and fleet.threads.chosen == 1

@@ -129,6 +129,7 @@ def _measure(cfg: DictConfig, algo, obs_space, action_space, budget_s: float,
     from walle_ray.runtime.fleet import LocalFleet
 
     trial = local_cfg(cfg, cfg.env.envs_per_sampler)
+    trial.learner.torch_threads = 1  # each phase sets the threads it times, not the fleet
     fleet = LocalFleet(trial, algo, parse_topology("local"), obs_space, action_space)
     sampler, memory = _Clock(on=False), _Clock()  # the first fragment builds what it needs
     learner = {t: _Clock() for t in thread_counts}

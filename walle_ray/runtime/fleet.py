@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+import torch
 from omegaconf import DictConfig
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
 from walle_ray.runtime.checkpoint import first_line
-from walle_ray.runtime.process import prepare_process
+from walle_ray.runtime.process import prepare_process, usable_cpus
+from walle_ray.runtime.threads import ThreadChoice
 from walle_ray.topology import Topology
 
 if TYPE_CHECKING:
@@ -148,7 +150,12 @@ class LocalFleet:
 
     def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
                  action_space: gym.Space):
-        prepare_process(cfg.learner.torch_threads or 1)  # the driver is every role's process
+        # The driver is every role's process, and they take turns: the learner may run a
+        # thread on each of its CPUs while the samplers wait, and unless
+        # ``learner.torch_threads`` says, it times whether they pay (``runtime/threads.py``).
+        prepare_process(cfg.learner.torch_threads or usable_cpus())
+        choose = not cfg.learner.torch_threads and not cfg.algo.get("compile", False)
+        self.threads = ThreadChoice(torch.get_num_threads(), choose=choose)
         self.cfg = cfg
         self.sync = algo.loop == "sync"
         self.topo = topo
@@ -230,7 +237,7 @@ class LocalFleet:
         if self.overlap:
             self.prefetched = self._collect_all()
         t1 = time.perf_counter()
-        metrics = self.learner.update(rollouts, env_steps)
+        metrics = self.threads.update(self.learner, rollouts, env_steps)
         self.publish()
         t2 = time.perf_counter()
         learned = timed_update(metrics, sum(r.num_steps for r in rollouts), t2 - t1)
@@ -243,7 +250,7 @@ class LocalFleet:
                 if self.offline else self.max_updates)
         while memory.can_sample() and (most is None or updates < most):
             batch = memory.sample()
-            metrics = self.learner.update([batch], env_steps)
+            metrics = self.threads.update(self.learner, [batch], env_steps, steps=1)
             feedback = self.learner.memory_feedback()
             if feedback is not None:
                 memory.feedback(feedback)

@@ -211,28 +211,12 @@ class LearnerWorker(Watched, Placed):
         the publish cost the caller one round trip."""
         with PULSE.waiting("samplers"):
             fragments = ray.get(fragments)
-        if self.threads is None or self.threads.chosen is not None:
+        if self.threads is None:
             metrics = self.learner.update(fragments, env_steps)
             metrics["torch_threads"] = torch.get_num_threads()
         else:
-            metrics = self._timed_update(fragments, env_steps)
+            metrics = self.threads.update(self.learner, fragments, env_steps)
         return metrics, (self.publish(publish_to, wait=False) if publishes else None)
-
-    def _timed_update(self, fragments: list, env_steps: int) -> dict:
-        """An update while the learner chooses its torch threads (``runtime/threads.py``)."""
-        threads = self.threads.next()
-        torch.set_num_threads(threads)
-        started = time.perf_counter()
-        metrics = self.learner.update(fragments, env_steps)
-        metrics["torch_threads"] = threads
-        steps = metrics.get("grad_steps")
-        line = self.threads.timed(threads, time.perf_counter() - started,
-                                  None if steps is None else int(steps))
-        if self.threads.chosen is not None:
-            torch.set_num_threads(self.threads.chosen)
-        if line is not None:
-            print(line, flush=True)
-        return metrics
 
     def publish(self, ps=None, wait: bool = True) -> tuple[int, list]:
         """Put the weights in the object store once and hand their box (a list holding the

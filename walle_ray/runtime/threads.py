@@ -11,6 +11,10 @@ On a small machine the difference runs both ways and is large (docs/performance.
 
 from __future__ import annotations
 
+import time
+
+import torch
+
 
 class ThreadChoice:
     """Leaves one update untimed at each count (the first builds what it needs, and a
@@ -19,14 +23,14 @@ class ThreadChoice:
     first seconds weighs on both alike), per gradient step. Another process can only slow an
     update down, so each count is judged by its fastest. From the second round of two on, it
     keeps the faster count where it is ``clear`` times faster, and after ``rounds`` rounds
-    in any case, for the rest of the run. With ``threads`` of 1 there is nothing to choose; an
-    update that reports no gradient steps (ES's) keeps ``threads``."""
+    in any case, for the rest of the run. With ``threads`` of 1, or ``choose`` false, there
+    is nothing to choose; an update that reports no gradient steps (ES's) keeps ``threads``."""
 
-    def __init__(self, threads: int, rounds: int = 3, clear: float = 1.5):
+    def __init__(self, threads: int, rounds: int = 3, clear: float = 1.5, choose: bool = True):
         self.threads, self.rounds, self.clear = threads, rounds, clear
         self.calls = 0
         self.per_step: dict[int, list[float]] = {threads: [], 1: []}
-        self.chosen: int | None = threads if threads <= 1 else None
+        self.chosen: int | None = threads if threads <= 1 or not choose else None
 
     def next(self) -> int:
         """The torch threads for the next update: 1, ``threads`` (both untimed), then in turns."""
@@ -58,3 +62,25 @@ class ThreadChoice:
                 f"{fastest[self.chosen] * 1e3:.2f} ms a gradient step against "
                 f"{fastest[other] * 1e3:.2f} ms with {other} (measured on its first updates; "
                 "learner.torch_threads sets it)")
+
+    def update(self, learner, batches: list, env_steps: int, steps: int | None = None) -> dict:
+        """``learner.update(batches, env_steps)`` with the threads ``next`` gives, timed while
+        the choice is open; prints the choice once it is made. ``steps``: the update's
+        gradient steps where its metrics do not report them (``grad_steps``)."""
+        if self.chosen is not None:
+            metrics = learner.update(batches, env_steps)
+            metrics["torch_threads"] = self.chosen
+            return metrics
+        threads = self.next()
+        torch.set_num_threads(threads)
+        started = time.perf_counter()
+        metrics = learner.update(batches, env_steps)
+        metrics["torch_threads"] = threads
+        steps = metrics.get("grad_steps", steps)
+        line = self.timed(threads, time.perf_counter() - started,
+                          None if steps is None else int(steps))
+        if self.chosen is not None:
+            torch.set_num_threads(self.chosen)
+        if line is not None:
+            print(line, flush=True)
+        return metrics
