@@ -69,7 +69,7 @@ class ThreadChoice:
         gradient steps where its metrics do not report them (``grad_steps``)."""
         if self.chosen is not None:
             metrics = learner.update(batches, env_steps)
-            metrics["torch_threads"] = self.chosen
+            metrics["torch_threads"] = torch.get_num_threads()
             return metrics
         threads = self.next()
         torch.set_num_threads(threads)
