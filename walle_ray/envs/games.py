@@ -138,7 +138,9 @@ class RandomMaskEnv(gym.Env):
         x = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.observation_space = (x if info_mask else gym.spaces.Dict(
             {"x": x, MASK_KEY: gym.spaces.MultiBinary(int(self.nvec.sum()))}))
+        self.starts = np.cumsum(self.nvec) - self.nvec  # each component's first mask entry
         self.t, self.mask = 0, np.ones(int(self.nvec.sum()), np.int8)
+        self.first = np.zeros(len(self.nvec), np.int64)  # each component's first allowed action
 
     def _obs(self):
         parts = []
@@ -146,6 +148,7 @@ class RandomMaskEnv(gym.Env):
             part = self.np_random.random(n) < self.p
             part[self.np_random.integers(n)] = True
             parts.append(part)
+        self.first = np.array([part.argmax() for part in parts])
         self.mask = np.concatenate(parts).astype(np.int8)
         if self.t == self.empty_at:
             self.mask[:] = 0
@@ -160,12 +163,10 @@ class RandomMaskEnv(gym.Env):
         return self._obs()
 
     def step(self, action):
-        chosen = np.cumsum(self.nvec) - self.nvec + np.atleast_1d(np.asarray(action))
-        if not self.mask[chosen].all():
+        chosen = np.atleast_1d(np.asarray(action))
+        if not self.mask[self.starts + chosen].all():
             raise ForbiddenAction(f"action {action!r} is forbidden by the mask {self.mask.tolist()}")
-        first = np.array([np.flatnonzero(part)[0] for part in
-                          np.split(self.mask, np.cumsum(self.nvec)[:-1])])
-        reward = float(np.mean(np.atleast_1d(np.asarray(action)) == first))
+        reward = float((chosen == self.first).mean())
         self.t += 1
         obs, info = self._obs()
         return obs, reward, False, self.t >= self.length, info
