@@ -67,7 +67,7 @@ class LearnerWorker(Watched, Placed):
         synchronous learner times its first updates with those threads and with one, and
         keeps the faster (``runtime/threads.py``)."""
         prepare_process(torch_threads=threads)
-        self.threads = ThreadChoice(torch.get_num_threads()) if choose_threads else None
+        self.threads = ThreadChoice(torch.get_num_threads(), choose=choose_threads)
         cls, args, kwargs = spec
         self.learner = cls(*args, obs_space, action_space, device=device, **kwargs)
         self.ps = ParameterServer()
@@ -211,11 +211,7 @@ class LearnerWorker(Watched, Placed):
         the publish cost the caller one round trip."""
         with PULSE.waiting("samplers"):
             fragments = ray.get(fragments)
-        if self.threads is None:
-            metrics = self.learner.update(fragments, env_steps)
-            metrics["torch_threads"] = torch.get_num_threads()
-        else:
-            metrics = self.threads.update(self.learner, fragments, env_steps)
+        metrics = self.threads.update(self.learner, fragments, env_steps)
         return metrics, (self.publish(publish_to, wait=False) if publishes else None)
 
     def publish(self, ps=None, wait: bool = True) -> tuple[int, list]:
