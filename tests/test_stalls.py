@@ -104,8 +104,9 @@ def test_a_learner_whose_network_hangs_is_rebuilt_and_the_run_completes(tmp_path
     assert "walle_ray: learner-0 stalled" in proc.stderr
     assert "rebuilding the roles from the last checkpoint" in proc.stderr
     (stack,) = stall_files(run_dir, "learner-0")
-    assert "in hang_forever" in stack.read_text() and "HangingActorCritic" not in stack.name
-    assert "nets.py" in stack.read_text()  # the user's forward that called it
+    text = stack.read_text()
+    assert "in hang_forever" in text and "HangingActorCritic" not in stack.name, text
+    assert "nets.py" in text  # the user's forward that called it
     last = records(run_dir)[-1]
     assert last["faults/stalls"] == 1 and last["faults/role_restarts"] == 1
 

@@ -15,6 +15,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from walle_ray.pulse import PULSE
+
 
 class CountingEnv(gym.Env):
     """Observation is [step-in-episode]; reward 1 per step; ends after ``length`` steps.
@@ -346,7 +348,8 @@ class FaultyEnv(gym.Wrapper):
             return True
         import ray
 
-        return ray.get(log.fire.remote(key))
+        with PULSE.waiting("the fault log"):  # another process: not this role's stall
+            return ray.get(log.fire.remote(key))
 
 
 def register_test_envs() -> None:
