@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -80,7 +81,8 @@ class SharedCluster:
         self.temp_dir = ""
         self.failed = False
         self.base = self._environ()  # the environment as the session began
-        self.runs = {"joined": 0, "own": 0}  # run_cli's runs, for the session's summary
+        # run_cli's runs, for the session's summary
+        self.runs = {"joined": 0, "own": 0, "forked": 0}
         self.changes: set[str] = set()  # variables that kept a run from joining, for it too
 
     # what this process sets for itself: pytest for each test, an in-process ``ray.init``
@@ -191,6 +193,7 @@ atexit.register(SHARED.stop)
 @pytest.fixture(scope="session", autouse=True)
 def shared_cluster():
     yield SHARED
+    FORKED.stop()
     SHARED.stop()
 
 
@@ -200,22 +203,108 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"run_cli: {runs['joined']} runs joined the shared Ray instance, {runs['own']} "
             "started their own or none" + (" (it could not start)" if SHARED.failed else "")
+            + f"; {runs['forked']} forked from a process that had imported walle_ray"
             + (f"; the environment had changed: {', '.join(sorted(SHARED.changes))}"
                if SHARED.changes else ""))
+
+
+class ForkedCli:
+    """``tests/forked_cli.py``, started on first use with the session's environment: each
+    command line it is sent runs in a child forked from a process that has already imported
+    what ``python -m walle_ray`` imports first (``WALLE_TEST_SPAWN=1`` spawns every run
+    instead). A run whose environment differs from the session's in more than its
+    PYTHONPATH, or whose arguments are Hydra's flags (``--help``, ``--cfg``, ...), is
+    spawned as ``python -m walle_ray``: a variable read at import, or a flag Hydra handles
+    before the task, is then the process's own."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.failed = bool(os.environ.get("WALLE_TEST_SPAWN"))
+        self.dir = ""
+        self.runs = 0
+
+    def takes(self, args: tuple, env: dict | None) -> bool:
+        return (not self.failed and set(env or ()) <= {"PYTHONPATH"}
+                and set(SHARED.changed()) <= {"PYTHONPATH"}
+                and not any(a.startswith("-") for a in args))
+
+    def _start(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="wr-fork-")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "forked_cli.py")],
+            env={**SHARED.base, "PYTHONUNBUFFERED": "1"}, cwd=ROOT, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(Path(self.dir) / "server.log", "w"), preexec_fn=_die_with_parent)
+
+    def _answer(self, deadline: float) -> dict | None:
+        """The server's next line, or None at ``deadline``."""
+        import select
+
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+            return None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("forked_cli ended: "
+                               + (Path(self.dir) / "server.log").read_text()[-2000:])
+        return json.loads(line)
+
+    def run(self, args: tuple, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        if self.proc is None:
+            self._start()
+        self.runs += 1
+        out, err = (str(Path(self.dir) / f"{self.runs}.{name}") for name in ("out", "err"))
+        command = [sys.executable, "-m", "walle_ray", *args]
+        self.proc.stdin.write(json.dumps({"args": list(args), "env": env, "cwd": str(ROOT),
+                                          "out": out, "err": err}) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        pid = self._answer(time.monotonic() + 120)["pid"]
+        answer = self._answer(deadline)
+        if answer is None:  # as subprocess.run's timeout: the process is killed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self._answer(time.monotonic() + 60)
+            raise subprocess.TimeoutExpired(command, timeout, Path(out).read_text(),
+                                            Path(err).read_text())
+        texts = [Path(path).read_text(errors="replace") for path in (out, err)]
+        for path in (out, err):
+            os.unlink(path)
+        return subprocess.CompletedProcess(command, answer["code"], *texts)
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+FORKED = ForkedCli()
+atexit.register(FORKED.stop)
 
 
 def run_cli(*args: str, timeout: float = 300, check: bool = True,
             env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real command line (with ``env`` added to the environment); returns the
     finished process with its output. It joins the session's shared Ray instance where
-    ``SharedCluster.joins`` says it may."""
+    ``SharedCluster.joins`` says it may, and is forked where ``ForkedCli`` takes it."""
     joined = SHARED.address_env() if SHARED.joins(args, env) else {}
     if env is None:
         SHARED.changes.update(SHARED.changed())
     SHARED.runs["joined" if joined else "own"] += 1
+    forked = FORKED.takes(args, env)
+    SHARED.runs["forked"] += forked
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **joined, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "walle_ray", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    if forked:
+        proc = FORKED.run(args, env, timeout)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "walle_ray", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
                              f"stderr:\n{proc.stderr[-3000:]}")
