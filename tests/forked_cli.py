@@ -12,6 +12,7 @@ starts, then ``{"code"}`` (negative: the signal that ended it).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import runpy
@@ -42,7 +43,7 @@ def child(request: dict) -> None:
 
 def serve() -> None:
     sys.path[0] = os.getcwd()  # not this file's folder: as ``python -m`` has it
-    import walle_ray.__main__  # noqa: F401  (what each child would import first)
+    importlib.import_module("walle_ray.__main__")  # what each child would import first
 
     del sys.modules["walle_ray.__main__"]  # each child runs it afresh, as ``python -m`` does
 
