@@ -230,58 +230,77 @@ class ForkedCli:
 
     def _start(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="wr-fork-")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "forked_cli.py")],
-            env={**SHARED.base, "PYTHONUNBUFFERED": "1"}, cwd=ROOT, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=open(Path(self.dir) / "server.log", "w"), preexec_fn=_die_with_parent)
+        self.buffer = b""
+        with open(Path(self.dir) / "server.log", "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "forked_cli.py")],
+                env={**SHARED.base, "PYTHONUNBUFFERED": "1"}, cwd=ROOT, bufsize=0,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                preexec_fn=_die_with_parent)
 
     def _answer(self, deadline: float) -> dict | None:
-        """The server's next line, or None at ``deadline``."""
+        """The server's next line, or None at ``deadline``. The pipe is read here, into a
+        buffer of this object's own, so that a line already read is never waited for."""
         import select
 
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
-            return None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("forked_cli ended: "
-                               + (Path(self.dir) / "server.log").read_text()[-2000:])
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                raise RuntimeError("forked_cli ended: "
+                                   + (Path(self.dir) / "server.log").read_text()[-2000:])
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
     def run(self, args: tuple, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        """As ``subprocess.run`` would: on its timeout, or on anything that interrupts the
+        wait (a test's own timeout), the run is killed; then the server is stopped too, and
+        the next run starts another."""
         if self.proc is None:
             self._start()
         self.runs += 1
-        out, err = (str(Path(self.dir) / f"{self.runs}.{name}") for name in ("out", "err"))
+        out, err = (Path(self.dir) / f"{self.runs}.{name}" for name in ("out", "err"))
         command = [sys.executable, "-m", "walle_ray", *args]
-        self.proc.stdin.write(json.dumps({"args": list(args), "env": env, "cwd": str(ROOT),
-                                          "out": out, "err": err}) + "\n")
-        self.proc.stdin.flush()
-        deadline = time.monotonic() + timeout
-        pid = self._answer(time.monotonic() + 120)["pid"]
-        answer = self._answer(deadline)
-        if answer is None:  # as subprocess.run's timeout: the process is killed
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            self._answer(time.monotonic() + 60)
-            raise subprocess.TimeoutExpired(command, timeout, Path(out).read_text(),
-                                            Path(err).read_text())
-        texts = [Path(path).read_text(errors="replace") for path in (out, err)]
+        pid = None
+        try:
+            self.proc.stdin.write((json.dumps({"args": list(args), "env": env, "cwd": str(ROOT),
+                                               "out": str(out), "err": str(err)}) + "\n").encode())
+            started = self._answer(time.monotonic() + 120)
+            if started is None:
+                raise RuntimeError("forked_cli did not fork within 120 s")
+            pid = started["pid"]
+            answer = self._answer(time.monotonic() + timeout)
+            if answer is None:
+                raise subprocess.TimeoutExpired(command, timeout,
+                                                out.read_text(errors="replace"),
+                                                err.read_text(errors="replace"))
+        except BaseException:
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.stop()
+            raise
+        texts = [path.read_text(errors="replace") for path in (out, err)]
         for path in (out, err):
-            os.unlink(path)
+            path.unlink()
         return subprocess.CompletedProcess(command, answer["code"], *texts)
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
-            proc.stdin.close()
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait(timeout=30)
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = ""
 
 
 FORKED = ForkedCli()

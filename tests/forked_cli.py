@@ -61,10 +61,8 @@ def serve() -> None:
                 child(request)
             except SystemExit:
                 raise
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
+            except BaseException:  # as the interpreter reports what nothing caught
+                sys.excepthook(*sys.exc_info())
                 sys.exit(1)
         answers.write(json.dumps({"pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)
