@@ -81,8 +81,7 @@ class SharedCluster:
         self.temp_dir = ""
         self.failed = False
         self.base = self._environ()  # the environment as the session began
-        # run_cli's runs, for the session's summary
-        self.runs = {"joined": 0, "own": 0, "forked": 0}
+        self.runs = {"joined": 0, "own": 0}  # run_cli's runs, for the session's summary
         self.changes: set[str] = set()  # variables that kept a run from joining, for it too
 
     # what this process sets for itself: pytest for each test, an in-process ``ray.init``
@@ -203,7 +202,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"run_cli: {runs['joined']} runs joined the shared Ray instance, {runs['own']} "
             "started their own or none" + (" (it could not start)" if SHARED.failed else "")
-            + f"; {runs['forked']} forked from a process that had imported walle_ray"
+            + f"; {FORKED.runs} forked from a process that had imported walle_ray"
             + (f"; the environment had changed: {', '.join(sorted(SHARED.changes))}"
                if SHARED.changes else ""))
 
@@ -219,12 +218,12 @@ class ForkedCli:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
-        self.failed = bool(os.environ.get("WALLE_TEST_SPAWN"))
+        self.spawn = bool(os.environ.get("WALLE_TEST_SPAWN"))  # every run spawned
         self.dir = ""
-        self.runs = 0
+        self.runs = 0  # forked so far: the session's summary, and each run's file names
 
     def takes(self, args: tuple, env: dict | None) -> bool:
-        return (not self.failed and set(env or ()) <= {"PYTHONPATH"}
+        return (not self.spawn and set(env or ()) <= {"PYTHONPATH"}
                 and set(SHARED.changed()) <= {"PYTHONPATH"}
                 and not any(a.startswith("-") for a in args))
 
@@ -317,7 +316,6 @@ def run_cli(*args: str, timeout: float = 300, check: bool = True,
         SHARED.changes.update(SHARED.changed())
     SHARED.runs["joined" if joined else "own"] += 1
     forked = FORKED.takes(args, env)
-    SHARED.runs["forked"] += forked
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **joined, **(env or {})}
     if forked:
         proc = FORKED.run(args, env, timeout)
