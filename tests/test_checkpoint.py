@@ -5,6 +5,7 @@ import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -23,6 +24,23 @@ def test_round_trip(tmp_path):
     assert torch.equal(loaded["learner"]["model"]["w"], PAYLOAD["learner"]["model"]["w"])
     assert loaded["counters"] == {"env_steps": 10} and loaded["walle_ray_version"]
     assert path.name == "last.pt" and not list(path.parent.glob(".*tmp*"))
+
+
+def test_memory_arrays_that_share_an_address_are_saved(tmp_path):
+    """Arrays read from Ray's object store lie in one buffer, where the empty arrays of a
+    memory that has had no data yet share an address; torch.save refuses two dtypes at one
+    address, as it does two views of one array."""
+    buffer = np.arange(8, dtype=np.int64)
+    empty = {"storage": {}, "ids": buffer[:0], "priority": buffer.view(np.float32)[:0]}
+    full = {"storage": {"obs": buffer.view(np.float32)}, "ids": buffer, "priority": buffer[:4]}
+    memories = [empty, full]
+    save_checkpoint(tmp_path / "last.pt",
+                    {**PAYLOAD, "memories": ckpt.arrays_to_tensors(memories)})
+    saved = ckpt.tensors_to_arrays(load_checkpoint(tmp_path / "last.pt")["memories"])
+    for was, now in zip(memories, saved, strict=True):
+        for array, back in ((was["ids"], now["ids"]), (was["priority"], now["priority"]),
+                            *((was["storage"][k], now["storage"][k]) for k in was["storage"])):
+            assert back.dtype == array.dtype and np.array_equal(back, array)
 
 
 @settings(max_examples=25, deadline=None)

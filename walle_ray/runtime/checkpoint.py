@@ -28,8 +28,27 @@ class CheckpointError(RuntimeError):
 def save_checkpoint(path: Path, payload: dict) -> Path:
     """Write to a temporary file, fsync, rename, fsync the directory: a crash mid-write keeps
     the old file (``runtime/files.py``, which also removes a dead writer's temporary file)."""
-    payload = {"format": FORMAT, "walle_ray_version": walle_ray.__version__, **payload}
+    payload = {"format": FORMAT, "walle_ray_version": walle_ray.__version__,
+               **_apart(payload, {})}
     return write_atomic(Path(path), lambda f: torch.save(payload, f))
+
+
+def _apart(obj, taken: dict[int, torch.dtype]):
+    """``obj`` with no two tensors of different dtypes at one address, which ``torch.save``
+    refuses. Arrays read from Ray's object store share one buffer, where an empty array
+    starts where the next one does: an empty tensor becomes one of its own, and a tensor
+    whose address another dtype already took is copied."""
+    if isinstance(obj, torch.Tensor):
+        if obj.numel() == 0:
+            return torch.empty(obj.shape, dtype=obj.dtype)
+        if taken.setdefault(obj.untyped_storage().data_ptr(), obj.dtype) != obj.dtype:
+            return obj.clone()
+        return obj
+    if isinstance(obj, dict):
+        return {k: _apart(v, taken) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_apart(v, taken) for v in obj)
+    return obj
 
 
 def load_checkpoint(path: Path) -> dict:
