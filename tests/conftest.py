@@ -83,6 +83,7 @@ class SharedCluster:
         self.base = self._environ()  # the environment as the session began
         self.runs = {"joined": 0, "own": 0}  # run_cli's runs, for the session's summary
         self.changes: set[str] = set()  # variables that kept a run from joining, for it too
+        self.cpus = os.cpu_count() or 1  # the instance's, given to it
 
     # what this process sets for itself: pytest for each test, an in-process ``ray.init``
     # (RAY_USAGE_STATS_ENABLED, RAY_AUTH_MODE, RAY_CLIENT_MODE, PYTHONBREAKPOINT), torch's
@@ -104,11 +105,12 @@ class SharedCluster:
     def joins(self, args: tuple, env: dict | None) -> bool:
         """Whether a run joins it: not one that brings an environment of its own or user
         code (a worker of the instance has the instance's environment, not the run's), names
-        its own cluster or CPUs, or plants faults (their log is a detached actor that would
-        outlive the run in the shared instance)."""
+        its own cluster or CPUs other than the instance's, or plants faults (their log is a
+        detached actor that would outlive the run in the shared instance)."""
         return (not self.failed and env is None and not self.changed()
-                and not any(a.startswith(("run.ray_address=", "run.ray_num_cpus=",
-                                          "env.id=walle/Faulty")) for a in args))
+                and not any(a.startswith(("run.ray_address=", "env.id=walle/Faulty"))
+                            or (a.startswith("run.ray_num_cpus=")
+                                and a != f"run.ray_num_cpus={self.cpus}") for a in args))
 
     def address_env(self) -> dict:
         """The variables that make a run join it (started on first use); none if it could
@@ -138,6 +140,7 @@ class SharedCluster:
             self.head = subprocess.Popen(
                 [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1",
                  "--include-dashboard=false", f"--temp-dir={self.temp_dir}",
+                 f"--num-cpus={self.cpus}",
                  *(f"--{name}={port}" for name, port in ports.items())],
                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=_die_with_parent)
@@ -211,10 +214,13 @@ class ForkedCli:
     """``tests/forked_cli.py``, started on first use with the session's environment: each
     command line it is sent runs in a child forked from a process that has already imported
     what ``python -m walle_ray`` imports first (``WALLE_TEST_SPAWN=1`` spawns every run
-    instead). A run whose environment differs from the session's in more than its
-    PYTHONPATH, or whose arguments are Hydra's flags (``--help``, ``--cfg``, ...), is
-    spawned as ``python -m walle_ray``: a variable read at import, or a flag Hydra handles
-    before the task, is then the process's own."""
+    instead). A run whose environment differs from the session's in more than the variables
+    read once the run has begun (``RUN_TIME``), or whose arguments are Hydra's flags
+    (``--help``, ``--cfg``, ...), is spawned as ``python -m walle_ray``: a variable read at
+    import, or a flag Hydra handles before the task, is then the process's own."""
+
+    # the imports of user code (PYTHONPATH), the directory of new runs (WALLE_RUNS_DIR)
+    RUN_TIME = {"PYTHONPATH", "WALLE_RUNS_DIR"}
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -223,8 +229,8 @@ class ForkedCli:
         self.runs = 0  # forked so far: the session's summary, and each run's file names
 
     def takes(self, args: tuple, env: dict | None) -> bool:
-        return (not self.spawn and set(env or ()) <= {"PYTHONPATH"}
-                and set(SHARED.changed()) <= {"PYTHONPATH"}
+        return (not self.spawn and set(env or ()) <= self.RUN_TIME
+                and set(SHARED.changed()) <= self.RUN_TIME
                 and not any(a.startswith("-") for a in args))
 
     def _start(self) -> None:

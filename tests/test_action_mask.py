@@ -369,7 +369,7 @@ def test_a_masked_run_as_typed_records_the_mode_and_its_policy_keeps_to_the_mask
     from conftest import run_cli
 
     run_dir = tmp_path / "run"
-    run_cli("algo=dqn", "env=taxi", "run.total_env_steps=4000", "algo.learning_starts=500",
+    run_cli("algo=dqn", "env=taxi", "run.total_env_steps=1500", "algo.learning_starts=500",
             f"hydra.run.dir={run_dir}", "eval.episodes=2")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["env"]["action_mask"] == "info"
