@@ -102,12 +102,16 @@ class SharedCluster:
         now = self._environ()
         return sorted(k for k in {*now, *self.base} if now.get(k) != self.base.get(k))
 
+    # variables that only the driver reads: where new runs go, topology=auto's cache
+    DRIVER_ONLY = {"WALLE_RUNS_DIR", "WALLE_CACHE_DIR"}
+
     def joins(self, args: tuple, env: dict | None) -> bool:
-        """Whether a run joins it: not one that brings an environment of its own or user
-        code (a worker of the instance has the instance's environment, not the run's), names
-        its own cluster or CPUs other than the instance's, or plants faults (their log is a
-        detached actor that would outlive the run in the shared instance)."""
-        return (not self.failed and env is None and not self.changed()
+        """Whether a run joins it: not one that brings an environment of its own beyond the
+        driver's (``DRIVER_ONLY``) or user code (a worker of the instance has the instance's
+        environment, not the run's), names its own cluster or CPUs other than the
+        instance's, or plants faults (their log is a detached actor that would outlive the
+        run in the shared instance)."""
+        return (not self.failed and set(env or ()) <= self.DRIVER_ONLY and not self.changed()
                 and not any(a.startswith(("run.ray_address=", "env.id=walle/Faulty"))
                             or (a.startswith("run.ray_num_cpus=")
                                 and a != f"run.ray_num_cpus={self.cpus}") for a in args))
@@ -219,8 +223,8 @@ class ForkedCli:
     (``--help``, ``--cfg``, ...), is spawned as ``python -m walle_ray``: a variable read at
     import, or a flag Hydra handles before the task, is then the process's own."""
 
-    # the imports of user code (PYTHONPATH), the directory of new runs (WALLE_RUNS_DIR)
-    RUN_TIME = {"PYTHONPATH", "WALLE_RUNS_DIR"}
+    # the imports of user code, and what only the driver reads
+    RUN_TIME = {"PYTHONPATH", *SharedCluster.DRIVER_ONLY}
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -318,7 +322,7 @@ def run_cli(*args: str, timeout: float = 300, check: bool = True,
     finished process with its output. It joins the session's shared Ray instance where
     ``SharedCluster.joins`` says it may, and is forked where ``ForkedCli`` takes it."""
     joined = SHARED.address_env() if SHARED.joins(args, env) else {}
-    if env is None:
+    if not set(env or ()) - SHARED.DRIVER_ONLY:
         SHARED.changes.update(SHARED.changed())
     SHARED.runs["joined" if joined else "own"] += 1
     forked = FORKED.takes(args, env)

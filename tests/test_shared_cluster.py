@@ -13,7 +13,7 @@ def test_what_libraries_set_for_themselves_keeps_runs_joining_and_what_a_test_se
     """Importing what the runs and tests import, or torch's compiler loading a kernel (it
     sets _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR), must not make every later run start its
     own Ray instance, as it once did; a variable a test sets, a PYTHONPATH of its own, or a
-    cluster named does."""
+    cluster or CPU count of its own named does."""
     if SHARED.failed:
         pytest.skip("the shared instance could not start here")
     for name in ("gymnasium", "ale_py", "mujoco", "torch", "ray", "walle_ray.envs",
@@ -23,5 +23,9 @@ def test_what_libraries_set_for_themselves_keeps_runs_joining_and_what_a_test_se
     assert SHARED.joins(("algo=ppo", "env=cartpole"), None), SHARED.changed()
     assert not SHARED.joins(("algo=ppo",), {"PYTHONPATH": "/elsewhere"})
     assert not SHARED.joins(("run.ray_address=auto",), None)
+    # what only the driver reads, or the instance's own CPU count, keeps a run joining
+    assert SHARED.joins(("algo=ppo",), {"WALLE_CACHE_DIR": "/elsewhere"})
+    assert SHARED.joins((f"run.ray_num_cpus={SHARED.cpus}",), None)
+    assert not SHARED.joins((f"run.ray_num_cpus={SHARED.cpus + 1}",), None)
     monkeypatch.setenv("WALLE_RUNS_DIR", "/elsewhere")
     assert not SHARED.joins(("algo=ppo",), None) and SHARED.changed() == ["WALLE_RUNS_DIR"]
