@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -83,7 +84,6 @@ class SharedCluster:
         self.base = self._environ()  # the environment as the session began
         self.runs = {"joined": 0, "own": 0}  # run_cli's runs, for the session's summary
         self.changes: set[str] = set()  # variables that kept a run from joining, for it too
-        self.cpus = os.cpu_count() or 1  # the instance's, given to it
 
     # what this process sets for itself: pytest for each test, an in-process ``ray.init``
     # (RAY_USAGE_STATS_ENABLED, RAY_AUTH_MODE, RAY_CLIENT_MODE, PYTHONBREAKPOINT), torch's
@@ -105,13 +105,23 @@ class SharedCluster:
     # variables that only the driver reads: where new runs go, topology=auto's cache
     DRIVER_ONLY = {"WALLE_RUNS_DIR", "WALLE_CACHE_DIR"}
 
+    @functools.cached_property
+    def cpus(self) -> int:
+        """The instance's CPUs, given to it: those Ray finds here (a container's CPU quota
+        counts), as a run's own instance would have."""
+        try:
+            from ray._private.utils import get_num_cpus
+            return int(get_num_cpus())
+        except (ImportError, AttributeError):
+            return len(os.sched_getaffinity(0))
+
     def joins(self, args: tuple, env: dict | None) -> bool:
         """Whether a run joins it: not one that brings an environment of its own beyond the
         driver's (``DRIVER_ONLY``) or user code (a worker of the instance has the instance's
         environment, not the run's), names its own cluster or CPUs other than the
         instance's, or plants faults (their log is a detached actor that would outlive the
         run in the shared instance)."""
-        return (not self.failed and set(env or ()) <= self.DRIVER_ONLY and not self.changed()
+        return (not self.failed and set(env or ()) | set(self.changed()) <= self.DRIVER_ONLY
                 and not any(a.startswith(("run.ray_address=", "env.id=walle/Faulty"))
                             or (a.startswith("run.ray_num_cpus=")
                                 and a != f"run.ray_num_cpus={self.cpus}") for a in args))
@@ -323,7 +333,7 @@ def run_cli(*args: str, timeout: float = 300, check: bool = True,
     ``SharedCluster.joins`` says it may, and is forked where ``ForkedCli`` takes it."""
     joined = SHARED.address_env() if SHARED.joins(args, env) else {}
     if not set(env or ()) - SHARED.DRIVER_ONLY:
-        SHARED.changes.update(SHARED.changed())
+        SHARED.changes.update(set(SHARED.changed()) - SHARED.DRIVER_ONLY)
     SHARED.runs["joined" if joined else "own"] += 1
     forked = FORKED.takes(args, env)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **joined, **(env or {})}

@@ -27,5 +27,8 @@ def test_what_libraries_set_for_themselves_keeps_runs_joining_and_what_a_test_se
     assert SHARED.joins(("algo=ppo",), {"WALLE_CACHE_DIR": "/elsewhere"})
     assert SHARED.joins((f"run.ray_num_cpus={SHARED.cpus}",), None)
     assert not SHARED.joins((f"run.ray_num_cpus={SHARED.cpus + 1}",), None)
-    monkeypatch.setenv("WALLE_RUNS_DIR", "/elsewhere")
-    assert not SHARED.joins(("algo=ppo",), None) and SHARED.changed() == ["WALLE_RUNS_DIR"]
+    monkeypatch.setenv("WALLE_RUNS_DIR", "/elsewhere")  # the driver's alone
+    assert SHARED.joins(("algo=ppo",), None)
+    monkeypatch.setenv("MY_SETTING", "1")
+    assert not SHARED.joins(("algo=ppo",), None)
+    assert SHARED.changed() == ["MY_SETTING", "WALLE_RUNS_DIR"]
