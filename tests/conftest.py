@@ -98,9 +98,14 @@ class SharedCluster:
                 if not k.startswith(cls.OWN) or k == "RAY_ADDRESS"}
 
     def changed(self) -> list[str]:
-        """The variables that differ from the session's start and keep runs from joining."""
+        """The variables that differ from the session's start."""
         now = self._environ()
         return sorted(k for k in {*now, *self.base} if now.get(k) != self.base.get(k))
+
+    def differs(self, env: dict | None) -> set[str]:
+        """The variables a run's environment has that the session's start did not: those it
+        is given (``env``) and those the test changed."""
+        return set(env or ()) | set(self.changed())
 
     # variables that only the driver reads: where new runs go, topology=auto's cache
     DRIVER_ONLY = {"WALLE_RUNS_DIR", "WALLE_CACHE_DIR"}
@@ -121,7 +126,7 @@ class SharedCluster:
         environment, not the run's), names its own cluster or CPUs other than the
         instance's, or plants faults (their log is a detached actor that would outlive the
         run in the shared instance)."""
-        return (not self.failed and set(env or ()) | set(self.changed()) <= self.DRIVER_ONLY
+        return (not self.failed and self.differs(env) <= self.DRIVER_ONLY
                 and not any(a.startswith(("run.ray_address=", "env.id=walle/Faulty"))
                             or (a.startswith("run.ray_num_cpus=")
                                 and a != f"run.ray_num_cpus={self.cpus}") for a in args))
@@ -243,8 +248,7 @@ class ForkedCli:
         self.runs = 0  # forked so far: the session's summary, and each run's file names
 
     def takes(self, args: tuple, env: dict | None) -> bool:
-        return (not self.spawn and set(env or ()) <= self.RUN_TIME
-                and set(SHARED.changed()) <= self.RUN_TIME
+        return (not self.spawn and SHARED.differs(env) <= self.RUN_TIME
                 and not any(a.startswith("-") for a in args))
 
     def _start(self) -> None:

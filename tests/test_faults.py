@@ -178,3 +178,47 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
         fleet.restarts.died(1, node_gone)
     with pytest.raises(RoleFailed, match=r"sampler-1,3 keeps dying \(OSError: Broken pipe\)"):
         fleet.restarts.died(1, node_gone)
+
+
+def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_learner():
+    """A reduction that failed (``GroupLost``: another learner died or did not join) is a
+    RoleDied, which the driver answers by rebuilding. A wait on one learner (its state for a
+    checkpoint, behind a call held in the group's reduction) ends as soon as another
+    learner's call in flight has failed, with that failure, not at run.role_timeout_s."""
+    import time
+
+    import ray
+
+    from walle_ray.learners.collective import GroupLost
+    from walle_ray.runtime.fleet import RoleDied, role_failed
+    from walle_ray.runtime.ray_fleet import RayFleet
+
+    broke = ray.exceptions.RayTaskError("train", "tb", GroupLost("RuntimeError: Timed out"))
+    assert isinstance(role_failed("learner-0", broke), RoleDied)
+    assert "learner-0 lost its learner group: RuntimeError: Timed out" in str(
+        role_failed("learner-0", broke))
+
+    lost_memory = ray.exceptions.RayTaskError("train", "tb", ray.exceptions.ActorDiedError())
+
+    class Ray:  # learner 0's state never comes; learner 1's train call failed
+        exceptions = ray.exceptions
+
+        def wait(self, refs, num_returns, timeout):
+            ready = [r for r in refs if r == "train-1"]
+            return ready, [r for r in refs if r not in ready]
+
+        def get(self, ref):
+            if isinstance(ref, list):
+                return [self.get(r) for r in ref]
+            if ref == "train-1":
+                raise lost_memory
+            raise AssertionError(f"{ref} is not ready")
+
+    fleet = RayFleet.__new__(RayFleet)
+    fleet.ray, fleet.timeout_s, fleet.stalled, fleet.watch = Ray(), 10.0, None, None
+    fleet.pending = {"train-0": ("learner", 0, None), "train-1": ("learner", 1, None),
+                     "run-0": ("sampler", 0, None)}
+    t0 = time.monotonic()
+    with pytest.raises(RoleDied, match="learner-1 lost a role it was using: ActorDiedError"):
+        fleet._get("state-0", "learner-0 (state for checkpoint)")
+    assert time.monotonic() - t0 < 5

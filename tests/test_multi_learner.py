@@ -1,5 +1,9 @@
 """Two learners joined by gloo take the same steps as one learner on both batches joined."""
 
+import socket
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import ray as ray_module
@@ -10,7 +14,7 @@ from walle_ray.batch import Rollout, concat_rollouts
 from walle_ray.envs import env_spaces
 from walle_ray.algos import algorithm_for
 
-from conftest import make_cfg, make_learner
+from conftest import ROOT, make_cfg, make_learner
 
 
 @ray_module.remote(num_cpus=0.1)
@@ -245,3 +249,32 @@ def test_one_update_is_the_same_however_many_learners_share_it():
     assert APEX.memory(apex, 0)[1][1] == 128
     with pytest.raises(ConfigError, match="do not split evenly across 3 learners"):
         validate(make_cfg("algo=impala", "algo.batch_size=8", "topology.spec=6a3m3l"))
+
+
+# Two learners of one gloo group: rank 1 dies once the group has formed, and rank 0 reduces.
+PEER_DIES = """
+import os, sys, torch
+from walle_ray.learners.collective import GroupLost, TorchCollective
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+group = TorchCollective("127.0.0.1", port, rank, 2, "gloo", timeout_s=60)
+if rank == 1:
+    os._exit(0)
+try:
+    group.all_reduce_sum(torch.ones(3))
+except GroupLost as exc:
+    print("GroupLost:", exc, flush=True)
+os._exit(0)
+"""
+
+
+def test_a_reduction_whose_peer_died_raises_group_lost():
+    """What gloo raises when a learner of the group has died is the group's loss, for the
+    driver to rebuild (``runtime/fleet.py``, ``role_failed``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", PEER_DIES, str(rank), str(port)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in (0, 1)]
+    out = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert out[0].startswith("GroupLost: RuntimeError: "), out

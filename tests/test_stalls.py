@@ -70,18 +70,23 @@ STALL = ["run.stall_s=4", "run.stall_start_s=60", "run.stop_at_return=null",
 @pytest.mark.parametrize("algo,topology,role", [
     ("ppo", ["topology=2a1m1l", "topology.pack=off", "algo.batch_size=512", "algo.epochs=1",
              "run.total_env_steps=8192"], "sampler-0"),
-    # The other process goes on sampling: the budget outlasts the stall on a fast machine.
+    # The other process goes on sampling, each env step 2 ms long however fast the CPU: at
+    # about 500 steps/s it reaches the budget some 12 s after the hang, whose stall is found
+    # 5-7 s after it. The hang comes after the process's first call has ended, so its limit
+    # is run.stall_s, not run.stall_start_s.
     ("impala", ["topology=4a1m1l", "topology.pack=2", "run.report_every_s=1",
-                "run.total_env_steps=150000"], "sampler-1,3")])
+                "run.total_env_steps=10000"], "sampler-1,3")])
 def test_a_sampler_whose_env_hangs_is_restarted_and_the_run_completes(tmp_path, algo, topology,
                                                                       role):
     """In a sampler process of its own (synchronous PPO) and in a packed one (IMPALA,
-    two samplers a process, dealt 0,2 and 1,3): the env step of the role's first sampler
+    two samplers a process, dealt 0,2 and 1,3): an env step of the role's first sampler
     never returns."""
     run_dir = tmp_path / "run"
     victim = role.split("-")[1].split(",")[0]
+    fault = (f"faults: [[{victim}, 600]]" if algo == "ppo" else
+             f"faults: [[{victim}, 1200]], base_id: walle/Sleep-v0, step_s: 0.002")
     proc = run_cli(f"algo={algo}", "env=cartpole", "env.id=walle/Faulty-v0",
-                   f"+env.kwargs={{faults: [[{victim}, 600]], how: hang}}", *topology, *STALL,
+                   f"+env.kwargs={{{fault}, how: hang}}", *topology, *STALL,
                    f"hydra.run.dir={run_dir}", timeout=300)
     assert "stopped (budget)" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"walle_ray: {role} stalled: its own work made no progress" in proc.stderr

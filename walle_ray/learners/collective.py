@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 from typing import Iterable
@@ -9,6 +10,22 @@ from typing import Iterable
 import torch
 
 from walle_ray.pulse import PULSE
+
+
+class GroupLost(RuntimeError):
+    """A reduction of the learners' group failed: another learner of it died, or did not
+    join the reduction within ``learner.group_timeout_s``. The learner is sound; the group
+    is not, and the run rebuilds it (``runtime/fleet.py``, ``role_failed``)."""
+
+
+@contextlib.contextmanager
+def _group_call():
+    """A torch.distributed call of the group; what it raises is the group's failure."""
+    try:
+        yield
+    except RuntimeError as exc:
+        text = str(exc).strip().splitlines()
+        raise GroupLost(f"{type(exc).__name__}: {text[0] if text else ''}") from exc
 
 
 class Collective:
@@ -69,7 +86,8 @@ class TorchCollective(Collective):
             torch.cuda.current_stream(t.device).synchronize()
         t0 = time.perf_counter()
         with PULSE.waiting("the other learners"):
-            self.dist.all_reduce(t, **kwargs)
+            with _group_call():
+                self.dist.all_reduce(t, **kwargs)
             if t.is_cuda:
                 torch.cuda.current_stream(t.device).synchronize()
         self.wait_s += time.perf_counter() - t0
@@ -103,7 +121,7 @@ class TorchCollective(Collective):
     def broadcast_(self, tensors: Iterable[torch.Tensor]) -> None:
         for t in tensors:
             buf = t.to(self.device)
-            with PULSE.waiting("the other learners"):
+            with PULSE.waiting("the other learners"), _group_call():
                 self.dist.broadcast(buf, src=0)
             if buf is not t:
                 t.copy_(buf)

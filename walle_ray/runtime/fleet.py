@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from walle_ray.actors.param_server import ParameterServer
 from walle_ray.actors.restart import RestartingSampler
+from walle_ray.learners.collective import GroupLost
 from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.process import prepare_process, usable_cpus
 from walle_ray.runtime.threads import ThreadChoice
@@ -56,6 +57,8 @@ def role_failed(role: str, exc: BaseException) -> RoleFailed:
     if isinstance(cause, ray.exceptions.RayActorError):  # a role it was talking to died
         return RoleDied(f"{role} lost a role it was using: {type(cause).__name__}: "
                         f"{first_line(cause)}")
+    if isinstance(cause, GroupLost):  # another learner of its group died or stalled
+        return RoleDied(f"{role} lost its learner group: {first_line(cause)}")
     if lost_an_object(exc):  # what it read lived on a process or node that is gone
         return RoleDied(f"{role} lost an object it was reading: {type(cause).__name__}")
     if lost_its_node(exc):

@@ -57,6 +57,7 @@ class RayFleet:
         self.offline = algo.reads_dataset
         self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
         self.faults = new_faults()
+        self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
         self.watch = None  # set once every role is up; it looks once the run has started
         self.running = False
         self.stalled: str | None = None  # a role found stalled (not a sampler): no more asks
@@ -94,7 +95,6 @@ class RayFleet:
                                         g == 0, cfg.algo.prefetch, cfg.algo.publish_every)
                        for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))],
                       "learners (attaching memories)")
-        self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
         if cfg.run.stall_s:
             self.watch = StallWatch(ray, self._roles, cfg.run.stall_s, cfg.run.stall_start_s,
                                     stall_dir)
@@ -151,11 +151,27 @@ class RayFleet:
                 self.ray.get(ready)  # the first error, as soon as it is there
                 if waiting:
                     self._look_for_stalls()
+                    self._learner_failed()
             return self.ray.get(refs)
         except self.ray.exceptions.RayActorError as exc:
             raise RoleDied(f"{role} died ({type(exc).__name__})") from None
         except self.ray.exceptions.RayTaskError as exc:
             raise role_failed(role, exc) from None
+
+    def _learner_failed(self) -> None:
+        """What a learner's call in flight failed with, raised now as ``step`` would raise it:
+        a wait on another call (learner 0's state for a checkpoint) must not wait on learners
+        held in their group's reduction by one that failed. Calls that ended well stay for
+        ``step``."""
+        refs = [ref for ref, (kind, *_) in self.pending.items() if kind == "learner"]
+        for ref in self.ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else ():
+            index = self.pending[ref][1]
+            try:
+                self.ray.get(ref)
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.ObjectLostError) as exc:
+                self._call_lost("learner", index, exc)
+            except self.ray.exceptions.RayTaskError as exc:
+                raise role_failed(f"learner-{index}", exc) from None
 
     def _slots(self, p: int) -> int:
         """The samplers process p collects with in turn: one where they step together."""
