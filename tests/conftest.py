@@ -103,8 +103,9 @@ class SharedCluster:
         return sorted(k for k in {*now, *self.base} if now.get(k) != self.base.get(k))
 
     def differs(self, env: dict | None) -> set[str]:
-        """The variables a run's environment has that the session's start did not: those it
-        is given (``env``) and those the test changed."""
+        """The variables by which a run's environment may differ from the session's start:
+        those it is given (``env``, whatever their values) and those the test set, changed
+        or removed."""
         return set(env or ()) | set(self.changed())
 
     # variables that only the driver reads: where new runs go, topology=auto's cache

@@ -184,41 +184,59 @@ def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_le
     """A reduction that failed (``GroupLost``: another learner died or did not join) is a
     RoleDied, which the driver answers by rebuilding. A wait on one learner (its state for a
     checkpoint, behind a call held in the group's reduction) ends as soon as another
-    learner's call in flight has failed, with that failure, not at run.role_timeout_s."""
+    learner's call in flight has failed, with that failure, not at run.role_timeout_s; and a
+    role that lost another role is named as alive, however Ray's error is also the cause's
+    class."""
     import time
 
     import ray
 
     from walle_ray.learners.collective import GroupLost
-    from walle_ray.runtime.fleet import RoleDied, role_failed
+    from walle_ray.runtime.fleet import RoleDied, new_faults, role_failed
     from walle_ray.runtime.ray_fleet import RayFleet
+    from walle_ray.runtime.sampler_restarts import SamplerRestarts
 
     broke = ray.exceptions.RayTaskError("train", "tb", GroupLost("RuntimeError: Timed out"))
     assert isinstance(role_failed("learner-0", broke), RoleDied)
     assert "learner-0 lost its learner group: RuntimeError: Timed out" in str(
         role_failed("learner-0", broke))
 
-    lost_memory = ray.exceptions.RayTaskError("train", "tb", ray.exceptions.ActorDiedError())
+    # what ray.get raises for a call whose role lost its memory: RayTaskError(ActorDiedError)
+    lost_memory = ray.exceptions.RayTaskError("run", "tb", ray.exceptions.ActorDiedError())
+    lost_memory = lost_memory.as_instanceof_cause()
+    assert isinstance(lost_memory, ray.exceptions.RayActorError)
 
-    class Ray:  # learner 0's state never comes; learner 1's train call failed
+    class Ray:  # learner 0's state never comes; the calls in ``failed`` have failed
         exceptions = ray.exceptions
 
+        def __init__(self, failed):
+            self.failed = failed
+
         def wait(self, refs, num_returns, timeout):
-            ready = [r for r in refs if r == "train-1"]
+            ready = [r for r in refs if r in self.failed]
             return ready, [r for r in refs if r not in ready]
 
         def get(self, ref):
             if isinstance(ref, list):
                 return [self.get(r) for r in ref]
-            if ref == "train-1":
-                raise lost_memory
+            if ref in self.failed:
+                raise self.failed[ref]
             raise AssertionError(f"{ref} is not ready")
 
     fleet = RayFleet.__new__(RayFleet)
-    fleet.ray, fleet.timeout_s, fleet.stalled, fleet.watch = Ray(), 10.0, None, None
+    fleet.ray, fleet.timeout_s, fleet.stalled, fleet.watch = Ray({"train-1": lost_memory}), 2.0, None, None
     fleet.pending = {"train-0": ("learner", 0, None), "train-1": ("learner", 1, None),
                      "run-0": ("sampler", 0, None)}
     t0 = time.monotonic()
     with pytest.raises(RoleDied, match="learner-1 lost a role it was using: ActorDiedError"):
         fleet._get("state-0", "learner-0 (state for checkpoint)")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 1.5
+    assert "train-1" not in fleet.pending  # raised once: the call is done with
+
+    # a sampler whose memory died is not a sampler death to restart, but a rebuild
+    fleet.faults = new_faults()
+    fleet.restarts = SamplerRestarts(["walle/sampler-0"], [(1, 4)], fleet.faults, lambda _: None)
+    fleet.ray, fleet.pending = Ray({"run-0": lost_memory}), {"run-0": ("sampler", 0, None)}
+    with pytest.raises(RoleDied, match="sampler-0 lost a role it was using: ActorDiedError"):
+        fleet._finished(0.1)
+    assert fleet.faults["sampler_restarts"] == 0

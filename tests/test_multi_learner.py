@@ -1,5 +1,6 @@
 """Two learners joined by gloo take the same steps as one learner on both batches joined."""
 
+import re
 import socket
 import subprocess
 import sys
@@ -274,7 +275,31 @@ def test_a_reduction_whose_peer_died_raises_group_lost():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = [subprocess.Popen([sys.executable, "-c", PEER_DIES, str(rank), str(port)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in (0, 1)]
-    out = [proc.communicate(timeout=120)[0] for proc in procs]
-    assert out[0].startswith("GroupLost: RuntimeError: "), out
+    try:
+        out, err = procs[0].communicate(timeout=120)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert re.search(r"^GroupLost: \w+: ", out, re.MULTILINE), (out, err[-2000:])
+
+
+def test_only_a_failed_transport_is_the_groups_loss():
+    """A reduction's own error (a tensor on the wrong device, out of memory) is the
+    learner's, raised as it was; a peer gone or a reduction never joined is ``GroupLost``."""
+    from walle_ray.learners.collective import GroupLost, _group_call
+
+    for text in ["[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:20900: Connection "
+                 "reset by peer.", "[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+                 "120000ms for recv operation to complete"]:
+        with pytest.raises(GroupLost, match=r"^RuntimeError: \[gloo"):
+            with _group_call():
+                raise RuntimeError(text)
+    for own in [RuntimeError("Tensors must be CUDA and dense"),
+                RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")]:
+        with pytest.raises(RuntimeError) as raised:
+            with _group_call():
+                raise own
+        assert raised.value is own

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from datetime import timedelta
 from typing import Iterable
@@ -13,17 +14,29 @@ from walle_ray.pulse import PULSE
 
 
 class GroupLost(RuntimeError):
-    """A reduction of the learners' group failed: another learner of it died, or did not
-    join the reduction within ``learner.group_timeout_s``. The learner is sound; the group
-    is not, and the run rebuilds it (``runtime/fleet.py``, ``role_failed``)."""
+    """A reduction of the learners' group failed in its transport: another learner of it
+    died, or did not join the reduction within ``learner.group_timeout_s``. The group is
+    broken, whatever this learner's state, and the run rebuilds every role from the last
+    checkpoint (``runtime/fleet.py``, ``role_failed``)."""
+
+
+# What gloo and NCCL say when the group itself broke: a peer gone, or a reduction it never
+# joined. Any other error of a reduction (a tensor on the wrong device, out of memory) is the
+# learner's own, and stays as it was raised.
+_TRANSPORT = re.compile(r"timed out|timeout|(closed|reset) by peer|broken pipe|connection "
+                        r"(refused|closed|reset)|communicator was aborted|remote process exited",
+                        re.IGNORECASE)
 
 
 @contextlib.contextmanager
 def _group_call():
-    """A torch.distributed call of the group; what it raises is the group's failure."""
+    """A torch.distributed reduction or broadcast: a transport failure is the group's loss."""
     try:
         yield
     except RuntimeError as exc:
+        network = getattr(torch.distributed, "DistNetworkError", ())
+        if not (isinstance(exc, network) or _TRANSPORT.search(str(exc))):
+            raise
         text = str(exc).strip().splitlines()
         raise GroupLost(f"{type(exc).__name__}: {text[0] if text else ''}") from exc
 

@@ -133,9 +133,10 @@ class RayFleet:
 
     def _get(self, refs, role: str):
         """Results of calls to ``role``; a timeout, an error raised inside the role or its
-        death becomes a RoleError that names it. Stalled roles are looked for meanwhile; once
-        one was found (a RoleDied), no call waits on this fleet again, so the final
-        checkpoint after it fails at once rather than finding the same stall again."""
+        death becomes a RoleError that names it. Meanwhile, each second, stalled roles are
+        looked for, and so are learner calls in flight that failed (``_learner_failed``).
+        Once a stalled role was found (a RoleDied), no call waits on this fleet again, so the
+        final checkpoint after it fails at once rather than finding the same stall again."""
         if self.stalled is not None:
             raise RoleDied(f"{self.stalled} stalled")
         waiting = list(refs) if isinstance(refs, list) else [refs]
@@ -153,25 +154,36 @@ class RayFleet:
                     self._look_for_stalls()
                     self._learner_failed()
             return self.ray.get(refs)
+        except self.ray.exceptions.RayTaskError as exc:  # first: it may be its cause's class too
+            raise role_failed(role, exc) from None
         except self.ray.exceptions.RayActorError as exc:
             raise RoleDied(f"{role} died ({type(exc).__name__})") from None
-        except self.ray.exceptions.RayTaskError as exc:
-            raise role_failed(role, exc) from None
 
     def _learner_failed(self) -> None:
-        """What a learner's call in flight failed with, raised now as ``step`` would raise it:
-        a wait on another call (learner 0's state for a checkpoint) must not wait on learners
-        held in their group's reduction by one that failed. Calls that ended well stay for
-        ``step``."""
+        """What a learner's call in flight failed with, raised now as ``step`` would raise it
+        (once: the call is done with): a wait on another call (learner 0's state for a
+        checkpoint) must not wait on learners held in their group's reduction by one that
+        failed. Calls that ended well stay for ``step``."""
         refs = [ref for ref, (kind, *_) in self.pending.items() if kind == "learner"]
         for ref in self.ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else ():
-            index = self.pending[ref][1]
             try:
                 self.ray.get(ref)
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.ObjectLostError) as exc:
-                self._call_lost("learner", index, exc)
-            except self.ray.exceptions.RayTaskError as exc:
-                raise role_failed(f"learner-{index}", exc) from None
+            except self.ray.exceptions.RayError as exc:
+                self._call_failed(*self.pending.pop(ref)[:2], exc)
+
+    def _call_failed(self, kind: str, index: int, exc: BaseException) -> None:
+        """A call that ended with Ray's error ``exc``. One raised inside the role is
+        ``role_failed``'s (its cause says whether the role lost another role, its node or an
+        object, or failed on its own), but a sampler's that lost its own node is a death. A
+        role process gone, or its result lost with its node, is ``_call_lost``'s."""
+        if isinstance(exc, self.ray.exceptions.RayTaskError):  # first: it may be its cause's
+            # class too (a learner whose memory died raises RayTaskError(ActorDiedError))
+            if kind == "learner" or not lost_its_node(exc, nested=False):
+                raise role_failed(f"{kind}-{index}", exc) from None
+        elif not isinstance(exc, (self.ray.exceptions.RayActorError,
+                                  self.ray.exceptions.ObjectLostError)):
+            raise exc
+        self._call_lost(kind, index, exc)
 
     def _slots(self, p: int) -> int:
         """The samplers process p collects with in turn: one where they step together."""
@@ -252,16 +264,8 @@ class RayFleet:
             kind, index, extra = self.pending.pop(ref)
             try:
                 result = self.ray.get(ref)
-            except self.ray.exceptions.RayActorError as exc:
-                self._call_lost(kind, index, exc)
-                continue
-            except self.ray.exceptions.RayTaskError as exc:  # raised inside the role
-                if kind == "learner" or not lost_its_node(exc, nested=False):
-                    raise role_failed(f"{kind}-{index}", exc) from None
-                self._call_lost(kind, index, exc)
-                continue
-            except self.ray.exceptions.ObjectLostError as exc:  # its result lived on a lost node
-                self._call_lost(kind, index, exc)
+            except self.ray.exceptions.RayError as exc:
+                self._call_failed(kind, index, exc)
                 continue
             if kind == "restarted":
                 self.restarts.back(index)
