@@ -240,3 +240,20 @@ def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_le
     with pytest.raises(RoleDied, match="sampler-0 lost a role it was using: ActorDiedError"):
         fleet._finished(0.1)
     assert fleet.faults["sampler_restarts"] == 0
+    named = ray.exceptions.RayActorError(None, "The actor died unexpectedly before finishing "
+                                         "this task.\n\tclass_name: X\n\tname: walle/memory-0")
+    assert "sampler-0 lost a role it was using (walle/memory-0): " in str(
+        role_failed("sampler-0", ray.exceptions.RayTaskError("run", "tb", named)))
+
+    # one it cannot reach for now: called again, as after a death
+    fleet.sampler_names = ["walle/sampler-0"]
+    unreachable = ray.exceptions.RayTaskError("run", "tb", ray.exceptions.ActorUnavailableError(
+        "The actor is temporarily unavailable: RpcError", None)).as_instanceof_cause()
+    fleet.ray, fleet.pending = Ray({"run-0": unreachable}), {"run-0": ("sampler", 0, None)}
+    assert fleet._finished(0.1) == [] and fleet.faults["sampler_restarts"] == 1
+    # one that Ray will not start again (its constructor failed): a rebuild
+    init_failed = ray.exceptions.ActorDiedError(
+        ray.exceptions.RayTaskError("__init__", "tb", ValueError("no weights source")))
+    fleet.ray, fleet.pending = Ray({"ready-0": init_failed}), {"ready-0": ("restarted", 0, None)}
+    with pytest.raises(RoleDied, match="sampler-0 could not start again"):
+        fleet._finished(0.1)

@@ -23,9 +23,9 @@ class GroupLost(RuntimeError):
 # What gloo and NCCL say when the group itself broke: a peer gone, or a reduction it never
 # joined. Any other error of a reduction (a tensor on the wrong device, out of memory) is the
 # learner's own, and stays as it was raised.
-_TRANSPORT = re.compile(r"timed out|timeout|(closed|reset) by peer|broken pipe|connection "
-                        r"(refused|closed|reset)|communicator was aborted|remote process exited",
-                        re.IGNORECASE)
+_TRANSPORT = re.compile(r"(?<!launch )timed out|timeout|(closed|reset) by (remote )?peer|"
+                        r"broken pipe|connection (refused|closed|reset)|communicator was aborted|"
+                        r"remote process exited", re.IGNORECASE)
 
 
 @contextlib.contextmanager

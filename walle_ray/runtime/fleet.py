@@ -55,8 +55,9 @@ def role_failed(role: str, exc: BaseException) -> RoleFailed:
 
     cause = getattr(exc, "cause", None) or exc
     if isinstance(cause, ray.exceptions.RayActorError):  # a role it was talking to died
-        return RoleDied(f"{role} lost a role it was using: {type(cause).__name__}: "
-                        f"{first_line(cause)}")
+        name = re.search(r"^\s*name: (\S+)", str(cause), re.MULTILINE)  # Ray names the actor
+        return RoleDied(f"{role} lost a role it was using{f' ({name[1]})' if name else ''}: "
+                        f"{type(cause).__name__}: {first_line(cause)}")
     if isinstance(cause, GroupLost):  # another learner of its group died or stalled
         return RoleDied(f"{role} lost its learner group: {first_line(cause)}")
     if lost_an_object(exc):  # what it read lived on a process or node that is gone

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 from omegaconf import DictConfig
 
+from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleTimeout, Step, capped,
                                      count_faults, lost_its_node, new_faults,
                                      offline_updates_left, role_failed, timed_update)
@@ -174,14 +175,19 @@ class RayFleet:
     def _call_failed(self, kind: str, index: int, exc: BaseException) -> None:
         """A call that ended with Ray's error ``exc``. One raised inside the role is
         ``role_failed``'s (its cause says whether the role lost another role, its node or an
-        object, or failed on its own), but a sampler's that lost its own node is a death. A
-        role process gone, or its result lost with its node, is ``_call_lost``'s."""
-        if isinstance(exc, self.ray.exceptions.RayTaskError):  # first: it may be its cause's
-            # class too (a learner whose memory died raises RayTaskError(ActorDiedError))
-            if kind == "learner" or not lost_its_node(exc, nested=False):
+        object, or failed on its own), but for a sampler that lost its own node or cannot
+        reach a role for now. A role process gone, or its result lost with its node, is
+        ``_call_lost``'s."""
+        errors = self.ray.exceptions
+        if isinstance(exc, errors.RayTaskError):  # first: it may be its cause's class too (a
+            # learner whose memory died raises RayTaskError(ActorDiedError)). A sampler that
+            # lost its node, or cannot reach a role for now, is called again as after a death
+            # (bounded by SamplerRestarts.MAX_DEATHS).
+            again = kind == "sampler" and (isinstance(exc.cause, errors.ActorUnavailableError)
+                                           or lost_its_node(exc, nested=False))
+            if not again:
                 raise role_failed(f"{kind}-{index}", exc) from None
-        elif not isinstance(exc, (self.ray.exceptions.RayActorError,
-                                  self.ray.exceptions.ObjectLostError)):
+        elif not isinstance(exc, (errors.RayActorError, errors.ObjectLostError)):
             raise exc
         self._call_lost(kind, index, exc)
 
@@ -242,6 +248,9 @@ class RayFleet:
             raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
         if kind == "sampler":
             self.restarts.died(index, exc)
+        elif getattr(exc, "actor_init_failed", False):  # Ray starts it no more: rebuild
+            raise RoleDied(f"{self.sampler_names[index].removeprefix('walle/')} could not start "
+                           f"again: {first_line(exc)}") from None
         else:
             self.restarts.not_back(index)
 
