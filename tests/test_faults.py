@@ -107,6 +107,7 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
 
     from walle_ray.actors.restart import SamplerFailed
     from walle_ray.runtime.fleet import RoleDied, RoleFailed, lost_its_node, new_faults, role_failed
+    from walle_ray.runtime.ray_calls import Calls
     from walle_ray.runtime.ray_fleet import RayFleet
     from walle_ray.runtime.sampler_restarts import SamplerRestarts
 
@@ -157,21 +158,22 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     fleet.restarts.ASK_AFTER_S = 0.0
     fleet.samplers = [None, SimpleNamespace(ready=SimpleNamespace(remote=lambda: "ready-1"))]
     fleet._call_sampler = called.append
-    fleet.ray = Ray({"run-0": [{"sampler": 0}], "run-1": node_gone, "ready-1": True})
-    fleet.pending = {"run-0": ("sampler", 0, None), "run-1": ("sampler", 1, None)}
+    fleet.calls = Calls(Ray({"run-0": [{"sampler": 0}], "run-1": node_gone, "ready-1": True}),
+                        60.0, fleet.restarts, lambda: None)
+    fleet.calls.pending = {"run-0": ("sampler", 0, None), "run-1": ("sampler", 1, None)}
     done = fleet._finished(0.1)
     assert [d[:2] for d in done] == [("sampler", 0)]
     assert fleet.faults["sampler_restarts"] == 2 and fleet.faults["lost_fragments"] == 4
     assert forgot == ["walle/sampler-1,3"] and fleet.restarts.restarting() == {"walle/sampler-1,3"}
     assert fleet._finished(0.1) == [] and called == [1] and not fleet.restarts  # back, called
 
-    fleet.ray.ended["run-1"] = own  # the library that would not load
-    fleet.pending = {"run-1": ("sampler", 1, None)}
+    fleet.calls.ray.ended["run-1"] = own  # the library that would not load
+    fleet.calls.pending = {"run-1": ("sampler", 1, None)}
     with pytest.raises(RoleFailed, match="sampler-1 failed: OSError: libGL") as failed:
         fleet._finished(0.1)
     assert not isinstance(failed.value, RoleDied)
-    fleet.ray.ended["run-1"] = wrapped  # the memory's node went: a rebuild, not this death
-    fleet.pending = {"run-1": ("sampler", 1, None)}
+    fleet.calls.ray.ended["run-1"] = wrapped  # the memory's node went: a rebuild, not this death
+    fleet.calls.pending = {"run-1": ("sampler", 1, None)}
     with pytest.raises(RoleDied, match="sampler-1 lost a role it was using, with its node"):
         fleet._finished(0.1)
     for _ in range(SamplerRestarts.MAX_DEATHS - 1):  # one death was counted above
@@ -193,7 +195,7 @@ def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_le
 
     from walle_ray.learners.collective import GroupLost
     from walle_ray.runtime.fleet import RoleDied, new_faults, role_failed
-    from walle_ray.runtime.ray_fleet import RayFleet
+    from walle_ray.runtime.ray_calls import Calls
     from walle_ray.runtime.sampler_restarts import SamplerRestarts
 
     broke = ray.exceptions.RayTaskError("train", "tb", GroupLost("RuntimeError: Timed out"))
@@ -223,37 +225,35 @@ def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_le
                 raise self.failed[ref]
             raise AssertionError(f"{ref} is not ready")
 
-    fleet = RayFleet.__new__(RayFleet)
-    fleet.ray, fleet.timeout_s, fleet.stalled, fleet.watch = Ray({"train-1": lost_memory}), 2.0, None, None
-    fleet.pending = {"train-0": ("learner", 0, None), "train-1": ("learner", 1, None),
+    faults = new_faults()
+    restarts = SamplerRestarts(["walle/sampler-0"], [(1, 4)], faults, lambda _: None)
+    calls = Calls(Ray({"train-1": lost_memory}), 2.0, restarts, lambda: None)
+    calls.pending = {"train-0": ("learner", 0, None), "train-1": ("learner", 1, None),
                      "run-0": ("sampler", 0, None)}
     t0 = time.monotonic()
     with pytest.raises(RoleDied, match="learner-1 lost a role it was using: ActorDiedError"):
-        fleet._get("state-0", "learner-0 (state for checkpoint)")
+        calls.get("state-0", "learner-0 (state for checkpoint)")
     assert time.monotonic() - t0 < 1.5
-    assert "train-1" not in fleet.pending  # raised once: the call is done with
+    assert "train-1" not in calls.pending  # raised once: the call is done with
 
     # a sampler whose memory died is not a sampler death to restart, but a rebuild
-    fleet.faults = new_faults()
-    fleet.restarts = SamplerRestarts(["walle/sampler-0"], [(1, 4)], fleet.faults, lambda _: None)
-    fleet.ray, fleet.pending = Ray({"run-0": lost_memory}), {"run-0": ("sampler", 0, None)}
+    calls.ray, calls.pending = Ray({"run-0": lost_memory}), {"run-0": ("sampler", 0, None)}
     with pytest.raises(RoleDied, match="sampler-0 lost a role it was using: ActorDiedError"):
-        fleet._finished(0.1)
-    assert fleet.faults["sampler_restarts"] == 0
+        list(calls.ended(0.1))
+    assert faults["sampler_restarts"] == 0
     named = ray.exceptions.RayActorError(None, "The actor died unexpectedly before finishing "
                                          "this task.\n\tclass_name: X\n\tname: walle/memory-0")
     assert "sampler-0 lost a role it was using (walle/memory-0): " in str(
         role_failed("sampler-0", ray.exceptions.RayTaskError("run", "tb", named)))
 
     # one it cannot reach for now: called again, as after a death
-    fleet.sampler_names = ["walle/sampler-0"]
     unreachable = ray.exceptions.RayTaskError("run", "tb", ray.exceptions.ActorUnavailableError(
         "The actor is temporarily unavailable: RpcError", None)).as_instanceof_cause()
-    fleet.ray, fleet.pending = Ray({"run-0": unreachable}), {"run-0": ("sampler", 0, None)}
-    assert fleet._finished(0.1) == [] and fleet.faults["sampler_restarts"] == 1
+    calls.ray, calls.pending = Ray({"run-0": unreachable}), {"run-0": ("sampler", 0, None)}
+    assert list(calls.ended(0.1)) == [] and faults["sampler_restarts"] == 1
     # one that Ray will not start again (its constructor failed): a rebuild
     init_failed = ray.exceptions.ActorDiedError(
         ray.exceptions.RayTaskError("__init__", "tb", ValueError("no weights source")))
-    fleet.ray, fleet.pending = Ray({"ready-0": init_failed}), {"ready-0": ("restarted", 0, None)}
+    calls.ray, calls.pending = Ray({"ready-0": init_failed}), {"ready-0": ("restarted", 0, None)}
     with pytest.raises(RoleDied, match="sampler-0 could not start again"):
-        fleet._finished(0.1)
+        list(calls.ended(0.1))

@@ -62,7 +62,7 @@ def test_overlap_learns_one_version_behind(ray_session, spec):
             behaviour.append({s["policy_version"] for s in step.reports})
             lags.append((learn["policy_lag_mean"], learn["policy_lag_max"]))
             if spec != "local":
-                assert len(fleet.pending) == len(fleet.samplers)  # the next batch, under way
+                assert len(fleet.calls.pending) == len(fleet.samplers)  # the next batch, under way
         assert behaviour == [{0}, {0}, {1}, {2}]
         assert lags == [(0, 0), (1, 1), (1, 1), (1, 1)]
     finally:
@@ -225,7 +225,7 @@ def test_the_stall_watch_looks_once_every_role_is_built():
     fleet.sync, fleet.running, fleet.algo = True, False, SimpleNamespace(reads_dataset=False)
     fleet.learners, fleet.memories, fleet.ps = [Handle("l0"), Handle("l1")], [Handle("m0")], Handle("ps")
     waited = []
-    fleet._get = lambda refs, role: waited.append((refs, fleet.running))
+    fleet.calls = SimpleNamespace(get=lambda refs, role: waited.append((refs, fleet.running)))
     fleet.publish = lambda: waited.append(("publish", fleet.running))
     fleet.start()
     assert waited == [(["l0", "l1", "m0", "ps"], False), ("publish", True)]
@@ -237,9 +237,11 @@ def test_a_fleet_whose_role_stalled_waits_on_it_no_more():
     from types import SimpleNamespace
 
     from walle_ray.runtime.fleet import RoleDied
+    from walle_ray.runtime.ray_calls import Calls
 
     fleet = RayFleet.__new__(RayFleet)
-    fleet.stalled = "learner-0"
+    fleet.calls = Calls(None, 60.0, None, lambda: None)
+    fleet.calls.stalled = "learner-0"
     fleet.learners = [SimpleNamespace(state_dict=SimpleNamespace(remote=lambda: "ref"))]
     with pytest.raises(RoleDied, match="learner-0 stalled"):
         fleet.learner_state()

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 from omegaconf import DictConfig
 
-from walle_ray.runtime.checkpoint import first_line
 from walle_ray.runtime.fleet import (LearnIf, RoleDied, RoleTimeout, Step, capped,
-                                     count_faults, lost_its_node, new_faults,
-                                     offline_updates_left, role_failed, timed_update)
+                                     count_faults, new_faults, offline_updates_left,
+                                     timed_update)
+from walle_ray.runtime.ray_calls import Calls
 from walle_ray.runtime.role_setup import (make_learners, make_samplers, role_name,
                                          role_resources, sampler_envs)
 from walle_ray.runtime.sampler_restarts import SamplerRestarts
@@ -34,13 +34,15 @@ class RayFleet:
     runs several logical samplers, ``topology.pack``); every wait has a timeout whose message
     names the role. A sampler process that dies is restarted by Ray and called again, its
     fragments in flight lost (``faults/``); a learner or memory that dies fails the run with
-    ``RoleDied``, which the driver may answer by rebuilding from the last checkpoint.
+    ``RoleDied``, which the driver may answer by rebuilding from the last checkpoint. The
+    calls in flight, the waits on them and what their failures mean are ``Calls``'
+    (``runtime/ray_calls.py``).
 
     Synchronous: each step calls every sampler process's ``collect`` with the weights' box
     and hands each fragment's ref to its sampler's learner (no memory process), then the
-    learners ``learn`` and learner 0 publishes. Asynchronous: samplers ``run`` (pushing into their memories) and
-    learners ``train`` (pulling from theirs) are called again as each call ends; a step
-    collects the reports of the calls that ended.
+    learners ``learn`` and learner 0 publishes. Asynchronous: samplers ``run`` (pushing
+    into their memories) and learners ``train`` (pulling from theirs) are called again as
+    each call ends; a step collects the reports of the calls that ended.
     """
 
     def __init__(self, cfg: DictConfig, algo: Algorithm, topo: Topology, obs_space: gym.Space,
@@ -58,10 +60,19 @@ class RayFleet:
         self.offline = algo.reads_dataset
         self.overlap, self.prefetched = bool(cfg.algo.get("overlap", False)), False
         self.faults = new_faults()
-        self.pending: dict = {}  # ObjectRef -> (role kind, process index, fragment refs or None)
-        self.watch = None  # set once every role is up; it looks once the run has started
-        self.running = False
-        self.stalled: str | None = None  # a role found stalled (not a sampler): no more asks
+        self.running = False  # the stall watch looks once the run has started
+        self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
+        # The envs each sampler process steps together (None: its samplers in turn), and the
+        # logical samplers that step so, which feed every memory (``RunTimes``).
+        self.lane_rows, self.envs = sampler_envs(cfg, algo, topo, self.packing)
+        self.lanes = frozenset(i for group, rows in zip(self.packing.samplers, self.lane_rows)
+                               if rows is not None for i in group)
+        self.watch = (StallWatch(ray, self._roles, cfg.run.stall_s, cfg.run.stall_start_s,
+                                 stall_dir) if cfg.run.stall_s else None)
+        self.restarts = SamplerRestarts(
+            self.sampler_names, [self._death_cost(p) for p in range(len(self.packing.samplers))],
+            self.faults, None if self.watch is None else self.watch.forget)
+        self.calls = Calls(ray, timeout_s, self.restarts, self._look_for_stalls)
         self.learners = make_learners(cfg, algo, self.packing, obs_space, action_space, plan,
                                       timeout_s)
         self.ps = (remote.RemoteParameterServer.options(
@@ -81,26 +92,16 @@ class RayFleet:
             self.memory_names.append(name)
             self.memory_refs.update({k: remote.MemoryRef(actor, k) for k in group})
         self._fit_samplers_to_nodes()
-        self.sampler_names = [role_name("sampler", group) for group in self.packing.samplers]
-        # The envs each sampler process steps together (None: its samplers in turn), and the
-        # logical samplers that step so, which feed every memory (``RunTimes``).
-        self.lane_rows, self.envs = sampler_envs(cfg, algo, topo, self.packing)
-        self.lanes = frozenset(i for group, rows in zip(self.packing.samplers, self.lane_rows)
-                               if rows is not None for i in group)
         memory_names = {k: name for group, name in zip(self.packing.memories, self.memory_names)
                         for k in group}
         self.samplers = make_samplers(cfg, algo, topo, self.packing, self.plan, self.lane_rows,
                                       memory_names, self.weights_source())
         if not self.sync:
-            self._get([lr.attach.remote([self._shard_memories(j) for j in group], self.ps,
-                                        g == 0, cfg.algo.prefetch, cfg.algo.publish_every)
-                       for g, (lr, group) in enumerate(zip(self.learners, self.packing.learners))],
-                      "learners (attaching memories)")
-        if cfg.run.stall_s:
-            self.watch = StallWatch(ray, self._roles, cfg.run.stall_s, cfg.run.stall_start_s,
-                                    stall_dir)
-        self.restarts = SamplerRestarts(self.sampler_names, [self._death_cost(p) for p in range(
-            len(self.samplers))], self.faults, None if self.watch is None else self.watch.forget)
+            self.calls.get([lr.attach.remote([self._shard_memories(j) for j in group], self.ps,
+                                             g == 0, cfg.algo.prefetch, cfg.algo.publish_every)
+                            for g, (lr, group) in enumerate(zip(self.learners,
+                                                                self.packing.learners))],
+                           "learners (attaching memories)")
 
     def _fit_samplers_to_nodes(self) -> None:
         """On a cluster of several nodes, the samplers' CPU share cut to what the nodes they
@@ -109,7 +110,7 @@ class RayFleet:
         if len(nodes) < 2 or not self.packing.samplers:
             return
         others = [*self.learners, *self.memories, *([self.ps] if self.ps is not None else [])]
-        where = self._get([handle.where.remote() for handle in others], "roles (placing)")
+        where = self.calls.get([handle.where.remote() for handle in others], "roles (placing)")
         asks = ([self.plan.learner_cpus] * len(self.learners)
                 + [self.plan.memory_cpus] * len(self.memories)
                 + [self.plan.ps_cpus] * (self.ps is not None))
@@ -132,65 +133,6 @@ class RayFleet:
         or learner 0 where the topology has none."""
         return "walle/ps" if self.ps is not None else role_name("learner", self.packing.learners[0])
 
-    def _get(self, refs, role: str):
-        """Results of calls to ``role``; a timeout, an error raised inside the role or its
-        death becomes a RoleError that names it. Meanwhile, each second, stalled roles are
-        looked for, and so are learner calls in flight that failed (``_learner_failed``).
-        Once a stalled role was found (a RoleDied), no call waits on this fleet again, so the
-        final checkpoint after it fails at once rather than finding the same stall again."""
-        if self.stalled is not None:
-            raise RoleDied(f"{self.stalled} stalled")
-        waiting = list(refs) if isinstance(refs, list) else [refs]
-        deadline = time.monotonic() + self.timeout_s
-        try:
-            while waiting:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RoleTimeout(f"{role} did not answer within {self.timeout_s:.0f} s "
-                                      "(run.role_timeout_s)")
-                ready, waiting = self.ray.wait(waiting, num_returns=len(waiting),
-                                               timeout=min(left, 1.0))
-                self.ray.get(ready)  # the first error, as soon as it is there
-                if waiting:
-                    self._look_for_stalls()
-                    self._learner_failed()
-            return self.ray.get(refs)
-        except self.ray.exceptions.RayTaskError as exc:  # first: it may be its cause's class too
-            raise role_failed(role, exc) from None
-        except self.ray.exceptions.RayActorError as exc:
-            raise RoleDied(f"{role} died ({type(exc).__name__})") from None
-
-    def _learner_failed(self) -> None:
-        """What a learner's call in flight failed with, raised now as ``step`` would raise it
-        (once: the call is done with): a wait on another call (learner 0's state for a
-        checkpoint) must not wait on learners held in their group's reduction by one that
-        failed. Calls that ended well stay for ``step``."""
-        refs = [ref for ref, (kind, *_) in self.pending.items() if kind == "learner"]
-        for ref in self.ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else ():
-            try:
-                self.ray.get(ref)
-            except self.ray.exceptions.RayError as exc:
-                self._call_failed(*self.pending.pop(ref)[:2], exc)
-
-    def _call_failed(self, kind: str, index: int, exc: BaseException) -> None:
-        """A call that ended with Ray's error ``exc``. One raised inside the role is
-        ``role_failed``'s (its cause says whether the role lost another role, its node or an
-        object, or failed on its own), but for a sampler that lost its own node or cannot
-        reach a role for now. A role process gone, or its result lost with its node, is
-        ``_call_lost``'s."""
-        errors = self.ray.exceptions
-        if isinstance(exc, errors.RayTaskError):  # first: it may be its cause's class too (a
-            # learner whose memory died raises RayTaskError(ActorDiedError)). A sampler that
-            # lost its node, or cannot reach a role for now, is called again as after a death
-            # (bounded by SamplerRestarts.MAX_DEATHS).
-            again = kind == "sampler" and (isinstance(exc.cause, errors.ActorUnavailableError)
-                                           or lost_its_node(exc, nested=False))
-            if not again:
-                raise role_failed(f"{kind}-{index}", exc) from None
-        elif not isinstance(exc, (errors.RayActorError, errors.ObjectLostError)):
-            raise exc
-        self._call_lost(kind, index, exc)
-
     def _slots(self, p: int) -> int:
         """The samplers process p collects with in turn: one where they step together."""
         return 1 if self.lane_rows[p] is not None else len(self.packing.samplers[p])
@@ -211,9 +153,10 @@ class RayFleet:
         if self.sync:
             refs = self.samplers[p].collect.options(
                 num_returns=len(self.packing.samplers[p]) + 1).remote(self.version, self.weights)
-            self.pending[refs[-1]] = ("sampler", p, refs[:-1])
+            self.calls.pending[refs[-1]] = ("sampler", p, refs[:-1])
         else:
-            self.pending[self.samplers[p].run.remote(self._fragments_per_call(p))] = ("sampler", p, None)
+            ref = self.samplers[p].run.remote(self._fragments_per_call(p))
+            self.calls.pending[ref] = ("sampler", p, None)
 
     def _call_learner(self, j: int, env_steps: int) -> None:
         updates = self.cfg.algo.updates_per_call
@@ -222,7 +165,7 @@ class RayFleet:
             updates = capped(updates, self.updates_left - self.updates_asked[j])
             self.updates_asked[j] += updates
         ref = self.learners[j].train.remote(updates, env_steps)
-        self.pending[ref] = ("learner", j, None)
+        self.calls.pending[ref] = ("learner", j, None)
 
     def _look_for_stalls(self) -> None:
         """A stalled sampler process is killed, for Ray to start again: its call in flight
@@ -236,46 +179,20 @@ class RayFleet:
             self.watch.forget(stall.name)
             self.faults["stalls"] += 1
             if stall.name not in self.sampler_names:
-                self.stalled = stall.role
+                self.calls.stalled = stall.role
                 raise RoleDied(f"{stall.role} stalled")
             self.ray.kill(handle, no_restart=False)
-
-    def _call_lost(self, kind: str, index: int, exc: BaseException) -> None:
-        """A call whose process died, or whose result was lost with its node: a learner's is
-        a RoleDied, a sampler's a death (``SamplerRestarts.died``); a restarted sampler that
-        is not back yet is asked again soon."""
-        if kind == "learner":
-            raise RoleDied(f"learner-{index} died ({type(exc).__name__})") from None
-        if kind == "sampler":
-            self.restarts.died(index, exc)
-        elif getattr(exc, "actor_init_failed", False):  # Ray starts it no more: rebuild
-            raise RoleDied(f"{self.sampler_names[index].removeprefix('walle/')} could not start "
-                           f"again: {first_line(exc)}") from None
-        else:
-            self.restarts.not_back(index)
 
     def _finished(self, timeout_s: float) -> list[tuple]:
         """(kind, process index, result, fragment refs) of the calls that ended within
         ``timeout_s`` (a sampler process's result is a report per sampler); each restarted
-        sampler process is called again."""
+        sampler process is asked whether it is back, and called again once it is."""
         self._look_for_stalls()
-        asking = {index for kind, index, _ in self.pending.values() if kind == "restarted"}
+        asking = {index for kind, index, _ in self.calls.pending.values() if kind == "restarted"}
         for i in self.restarts.due(asking):  # ask dead samplers whether they are back
-            self.pending[self.samplers[i].ready.remote()] = ("restarted", i, None)
-        if not self.pending:  # every sampler is restarting: nothing to wait on yet
-            time.sleep(min(timeout_s, 0.05))
-            return []
-        ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=timeout_s)
-        if ready:
-            ready, _ = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
+            self.calls.pending[self.samplers[i].ready.remote()] = ("restarted", i, None)
         done = []
-        for ref in ready:
-            kind, index, extra = self.pending.pop(ref)
-            try:
-                result = self.ray.get(ref)
-            except self.ray.exceptions.RayError as exc:
-                self._call_failed(kind, index, exc)
-                continue
+        for kind, index, result, extra in self.calls.ended(timeout_s):
             if kind == "restarted":
                 self.restarts.back(index)
                 self._call_sampler(index)
@@ -290,8 +207,8 @@ class RayFleet:
     def publish(self) -> None:
         """The new weights' version and box, which each collect call carries to the samplers
         (no round trip to the parameter server)."""
-        self.version, self.weights = self._get(self.learners[0].publish.remote(self.ps),
-                                               "learner-0 (publishing weights)")
+        self.version, self.weights = self.calls.get(self.learners[0].publish.remote(self.ps),
+                                                    "learner-0 (publishing weights)")
 
     def start(self, env_steps: int = 0) -> None:
         """Publish the first weights and, for an asynchronous algorithm, set every role to
@@ -301,7 +218,7 @@ class RayFleet:
         a process still in its constructor (a memory reading a large dataset) cannot answer
         it, and its building is bounded by ``run.role_timeout_s`` instead."""
         others = [*self.learners, *self.memories, *([self.ps] if self.ps is not None else [])]
-        self._get([handle.where.remote() for handle in others], "roles (starting)")
+        self.calls.get([handle.where.remote() for handle in others], "roles (starting)")
         self.running = True
         self.publish()
         self.updates_left = (offline_updates_left(self.cfg, env_steps)
@@ -352,9 +269,9 @@ class RayFleet:
                 self._call_sampler(p)
         reports: list = [None] * self.topo.samplers
         fragments: dict = {}  # sampler index -> its fragment's ref
-        while self.pending or self.restarts:
+        while self.calls.pending or self.restarts:
             if time.perf_counter() > deadline:
-                late = sorted({v[1] for v in self.pending.values()} | set(self.restarts))
+                late = sorted({v[1] for v in self.calls.pending.values()} | set(self.restarts))
                 raise RoleTimeout(f"{self.sampler_names[late[0]].removeprefix('walle/')} did not "
                                   f"answer within {self.timeout_s:.0f} s (run.role_timeout_s)")
             for _, _, stats, rollouts in self._finished(0.2):
@@ -365,7 +282,7 @@ class RayFleet:
         if learn_if is not None and not learn_if(reports):
             self.prefetched = False  # nothing is under way
             if self.overlap:  # these episodes were played by the weights before the update
-                self._get([lr.rewind.remote() for lr in self.learners], "learners (rewinding)")
+                self.calls.get([lr.rewind.remote() for lr in self.learners], "learners (rewinding)")
             return Step(reports, [], {"collect_s": t1 - t0, "learn_s": 0.0})
         calls = [lr.learn.remote([fragments[i] for i in sorted(fragments)
                                   if self.topo.learner_of_sampler(i) in group],
@@ -375,7 +292,7 @@ class RayFleet:
         if self.overlap:
             for p in range(len(self.samplers)):
                 self._call_sampler(p)
-        answers = self._get(calls, "learners")
+        answers = self.calls.get(calls, "learners")
         metrics, (self.version, self.weights) = answers[0]
         # the update's CPU seconds are every learner process's (the bottleneck report's)
         metrics["learn_cpu_s"] = sum(m.get("learn_cpu_s", 0.0) for m, _ in answers)
@@ -387,26 +304,30 @@ class RayFleet:
     def stop_learning(self) -> None:
         """The loop is over: learners waiting for batches stop waiting (a dead one is left
         to ``shutdown``)."""
-        self._answers([lr.stop_waiting.remote() for lr in self.learners], timeout_s=1.0)
+        self.calls.answers([lr.stop_waiting.remote() for lr in self.learners], timeout_s=1.0)
 
     def learner_state(self) -> dict:
-        return self._get(self.learners[0].state_dict.remote(), "learner-0 (state for checkpoint)")
+        return self.calls.get(self.learners[0].state_dict.remote(),
+                              "learner-0 (state for checkpoint)")
 
     def load_learner_state(self, state: dict) -> None:
         ref = self.ray.put(state)
-        self._get([lr.load_state_dict.remote(ref) for lr in self.learners], "learners (loading state)")
+        self.calls.get([lr.load_state_dict.remote(ref) for lr in self.learners],
+                       "learners (loading state)")
 
     def placement(self) -> dict[str, str]:
         """The Ray node (its id) of each role process, by role name (``walle/learner-0``)."""
         roles = self._roles()
-        nodes = self._get([handle.where.remote() for handle in roles.values()], "roles (placement)")
+        nodes = self.calls.get([handle.where.remote() for handle in roles.values()],
+                               "roles (placement)")
         return dict(zip(roles, nodes))
 
     def _roles(self) -> dict:
         """Every role process's handle, by its name (``walle/learner-0``)."""
         return {**dict(zip(self.sampler_names, self.samplers)),
                 **dict(zip(self.memory_names, self.memories)),
-                **{role_name("learner", g): lr for g, lr in zip(self.packing.learners, self.learners)},
+                **{role_name("learner", g): lr
+                   for g, lr in zip(self.packing.learners, self.learners)},
                 **({"walle/ps": self.ps} if self.ps is not None else {})}
 
     def ask_usage(self) -> list:
@@ -417,21 +338,7 @@ class RayFleet:
     def usage_answers(self, asked: list, timeout_s: float) -> tuple[list[dict], list]:
         """(the answers among ``asked`` that came within ``timeout_s``, the calls still in
         flight). A process that died or is restarting answers nothing."""
-        return self._answers(asked, timeout_s)
-
-    def _answers(self, refs: list, timeout_s: float) -> tuple[list, list]:
-        """What the calls ``refs`` returned within ``timeout_s``, leaving out those that
-        ended in an error, and the calls still in flight."""
-        if not refs:
-            return [], []
-        ready, waiting = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        answers = []
-        for ref in ready:
-            try:
-                answers.append(self.ray.get(ref))
-            except self.ray.exceptions.RayError:
-                pass
-        return answers, waiting
+        return self.calls.answers(asked, timeout_s)
 
     def processes(self) -> int:
         """Role processes: samplers, memories, learners and the parameter server."""
@@ -443,7 +350,7 @@ class RayFleet:
         synchronous algorithm, which has no memory processes)."""
         if not self.memories:
             return []
-        answers = self._get([getattr(m, method).remote() for m in self.memories], what)
+        answers = self.calls.get([getattr(m, method).remote() for m in self.memories], what)
         merged = {k: value for answer in answers for k, value in answer.items()}
         return [merged[k] for k in range(self.topo.memories)]
 
@@ -454,9 +361,9 @@ class RayFleet:
         return self._per_memory("state_dict", "memories (snapshot)")
 
     def load_memory_states(self, states: list[dict]) -> None:
-        self._get([m.load_state_dict.remote({k: states[k] for k in group})
-                   for m, group in zip(self.memories, self.packing.memories, strict=True)],
-                  "memories (restoring the snapshot)")
+        self.calls.get([m.load_state_dict.remote({k: states[k] for k in group})
+                        for m, group in zip(self.memories, self.packing.memories, strict=True)],
+                       "memories (restoring the snapshot)")
 
     def shutdown(self) -> None:
         """Samplers first, then the rest. The calls still in flight are collected, so a
@@ -468,18 +375,4 @@ class RayFleet:
             for handle in group:
                 if handle is not None:
                     self.ray.kill(handle, no_restart=True)
-            self._drain(kinds, timeout_s=3.0)
-
-    def _drain(self, kinds: tuple | None, timeout_s: float) -> None:
-        """Fetch (and drop) what the calls in flight to roles of ``kinds`` (all: None) ended
-        with, within ``timeout_s``."""
-        refs = [ref for ref, (kind, *_) in self.pending.items() if kinds is None or kind in kinds]
-        if not refs:
-            return
-        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        for ref in ready:
-            self.pending.pop(ref, None)
-            try:
-                self.ray.get(ref)
-            except self.ray.exceptions.RayError:
-                pass
+            self.calls.drain(kinds, timeout_s=3.0)
