@@ -81,6 +81,23 @@ def test_a_dead_learner_or_memory_is_rebuilt_from_the_last_checkpoint(ray_sessio
     assert records[-1]["faults/role_restarts"] == 1
 
 
+def test_a_rebuilt_fleet_counts_its_sampler_deaths_on_from_the_last_fleets():
+    """After a rebuild the new fleet's counters go on from the last fleet's, and a sampler
+    that dies in the new fleet is counted there (its restarts count into the fleet's own
+    dict, which the carried counts must join rather than replace)."""
+    from walle_ray.runtime.fleet import carry_faults, new_faults
+    from walle_ray.runtime.ray_fleet import RayFleet
+    from walle_ray.runtime.sampler_restarts import SamplerRestarts
+
+    fleet = RayFleet.__new__(RayFleet)
+    fleet.faults = new_faults()
+    fleet.restarts = SamplerRestarts(["walle/sampler-0"], [(1, 4)], fleet.faults)
+    carry_faults(fleet, {"sampler_restarts": 2, "lost_fragments": 8, "stalls": 1}, 1)
+    fleet.restarts.died(0, OSError("Broken pipe"))
+    assert fleet.faults == {"sampler_restarts": 3, "lost_fragments": 12, "stalls": 1,
+                            "role_restarts": 1}
+
+
 def test_an_object_lost_with_a_node_rebuilds_the_roles():
     """A role whose call failed because an object it read was lost with a process or node is
     a RoleDied, which the driver answers by rebuilding; an error of its own fails the run."""

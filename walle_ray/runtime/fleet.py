@@ -121,6 +121,13 @@ def new_faults() -> dict:
     return {"sampler_restarts": 0, "lost_fragments": 0, "stalls": 0}
 
 
+def carry_faults(fleet, faults: dict, role_restarts: int) -> None:
+    """A rebuilt fleet's fault counters go on from the last fleet's ``faults``, so they never
+    go backwards: added into the dict that the new fleet and its sampler restarts count
+    into, not put in its place."""
+    fleet.faults.update(faults, role_restarts=role_restarts)
+
+
 def count_faults(faults: dict, stats: dict) -> None:
     """Add a sampler report's fault counts (fragments lost to env failures) to ``faults``."""
     for key in faults:

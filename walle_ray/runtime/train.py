@@ -21,7 +21,7 @@ from walle_ray.runtime.auto import ClusterWatch, Replan, node_cpus, replan
 from walle_ray.runtime.checkpoint import (arrays_to_tensors, first_line, load_checkpoint,
                                           save_checkpoint)
 from walle_ray.runtime.files import write_text_atomic
-from walle_ray.runtime.fleet import RoleDied, RoleError
+from walle_ray.runtime.fleet import RoleDied, RoleError, carry_faults
 from walle_ray.runtime.footprint import Footprint
 from walle_ray.runtime.loop import Periodic, run_loop, stop_reason
 from walle_ray.runtime.milestones import Milestones, milestone_targets
@@ -171,8 +171,7 @@ class Run:
                                 self.start.action_space, namespace=self.namespace,
                                 first=replanned, stall_dir=self.run_dir / "stalls")
         self.times.replanned(cfg, self.algo, self.topo, self.fleet)
-        self.fleet.faults = faults
-        self.fleet.faults["role_restarts"] = counters.get("restarts", 0)
+        carry_faults(self.fleet, faults, counters.get("restarts", 0))
         last = self.run_dir / "checkpoints" / "last.pt"
         if last.is_file():
             saved = load_checkpoint(last)
