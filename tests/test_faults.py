@@ -17,6 +17,30 @@ def last_record(run_dir):
     return json.loads(lines[-1])
 
 
+class EndedCalls:
+    """Ray, as far as ``Calls`` asks it: the calls named in ``ended`` have ended with their
+    value (an exception: raised), and every other call never ends."""
+
+    def __init__(self, ended: dict):
+        import ray
+
+        self.exceptions = ray.exceptions
+        self.ended = ended
+
+    def wait(self, refs, num_returns, timeout):
+        ready = [r for r in refs if r in self.ended]
+        return ready, [r for r in refs if r not in ready]
+
+    def get(self, ref):
+        if isinstance(ref, list):
+            return [self.get(r) for r in ref]
+        if ref not in self.ended:
+            raise AssertionError(f"{ref} is not ready")
+        if isinstance(self.ended[ref], BaseException):
+            raise self.ended[ref]
+        return self.ended[ref]
+
+
 # Each kind of fault and each kind of loop once: a synchronous and an asynchronous run share
 # the sampler-death path (SamplerRestarts.died) and the env-fault path (RestartingSampler).
 @pytest.mark.parametrize("algo,how", [("ppo", "raise"), ("impala", "exit")])
@@ -153,20 +177,6 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     assert "learner-0 lost its node: OSError" in str(role_failed("learner-0", node_gone))
     assert lost_its_node(wrapped) and not lost_its_node(wrapped, nested=False)
 
-    class Ray:  # the calls in flight end as ``ended`` says
-        exceptions = ray.exceptions
-
-        def __init__(self, ended):
-            self.ended = ended
-
-        def wait(self, refs, num_returns, timeout):
-            return list(refs), []
-
-        def get(self, ref):
-            if isinstance(self.ended[ref], BaseException):
-                raise self.ended[ref]
-            return self.ended[ref]
-
     forgot, called = [], []
     fleet = RayFleet.__new__(RayFleet)  # the bookkeeping of ended calls alone
     fleet.watch, fleet.faults = None, new_faults()
@@ -175,8 +185,8 @@ def test_a_sampler_that_loses_its_node_is_a_death_and_one_that_keeps_dying_fails
     fleet.restarts.ASK_AFTER_S = 0.0
     fleet.samplers = [None, SimpleNamespace(ready=SimpleNamespace(remote=lambda: "ready-1"))]
     fleet._call_sampler = called.append
-    fleet.calls = Calls(Ray({"run-0": [{"sampler": 0}], "run-1": node_gone, "ready-1": True}),
-                        60.0, fleet.restarts, lambda: None)
+    ended = EndedCalls({"run-0": [{"sampler": 0}], "run-1": node_gone, "ready-1": True})
+    fleet.calls = Calls(ended, 60.0, fleet.restarts, lambda: None)
     fleet.calls.pending = {"run-0": ("sampler", 0, None), "run-1": ("sampler", 1, None)}
     done = fleet._finished(0.1)
     assert [d[:2] for d in done] == [("sampler", 0)]
@@ -225,26 +235,10 @@ def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_le
     lost_memory = lost_memory.as_instanceof_cause()
     assert isinstance(lost_memory, ray.exceptions.RayActorError)
 
-    class Ray:  # learner 0's state never comes; the calls in ``failed`` have failed
-        exceptions = ray.exceptions
-
-        def __init__(self, failed):
-            self.failed = failed
-
-        def wait(self, refs, num_returns, timeout):
-            ready = [r for r in refs if r in self.failed]
-            return ready, [r for r in refs if r not in ready]
-
-        def get(self, ref):
-            if isinstance(ref, list):
-                return [self.get(r) for r in ref]
-            if ref in self.failed:
-                raise self.failed[ref]
-            raise AssertionError(f"{ref} is not ready")
-
+    # learner 0's state ("state-0") never comes; learner 1's call has failed
     faults = new_faults()
     restarts = SamplerRestarts(["walle/sampler-0"], [(1, 4)], faults, lambda _: None)
-    calls = Calls(Ray({"train-1": lost_memory}), 2.0, restarts, lambda: None)
+    calls = Calls(EndedCalls({"train-1": lost_memory}), 2.0, restarts, lambda: None)
     calls.pending = {"train-0": ("learner", 0, None), "train-1": ("learner", 1, None),
                      "run-0": ("sampler", 0, None)}
     t0 = time.monotonic()
@@ -254,7 +248,8 @@ def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_le
     assert "train-1" not in calls.pending  # raised once: the call is done with
 
     # a sampler whose memory died is not a sampler death to restart, but a rebuild
-    calls.ray, calls.pending = Ray({"run-0": lost_memory}), {"run-0": ("sampler", 0, None)}
+    calls.ray = EndedCalls({"run-0": lost_memory})
+    calls.pending = {"run-0": ("sampler", 0, None)}
     with pytest.raises(RoleDied, match="sampler-0 lost a role it was using: ActorDiedError"):
         list(calls.ended(0.1))
     assert faults["sampler_restarts"] == 0
@@ -266,11 +261,13 @@ def test_a_learner_whose_group_broke_is_a_death_and_no_wait_outlasts_a_failed_le
     # one it cannot reach for now: called again, as after a death
     unreachable = ray.exceptions.RayTaskError("run", "tb", ray.exceptions.ActorUnavailableError(
         "The actor is temporarily unavailable: RpcError", None)).as_instanceof_cause()
-    calls.ray, calls.pending = Ray({"run-0": unreachable}), {"run-0": ("sampler", 0, None)}
+    calls.ray = EndedCalls({"run-0": unreachable})
+    calls.pending = {"run-0": ("sampler", 0, None)}
     assert list(calls.ended(0.1)) == [] and faults["sampler_restarts"] == 1
     # one that Ray will not start again (its constructor failed): a rebuild
     init_failed = ray.exceptions.ActorDiedError(
         ray.exceptions.RayTaskError("__init__", "tb", ValueError("no weights source")))
-    calls.ray, calls.pending = Ray({"ready-0": init_failed}), {"ready-0": ("restarted", 0, None)}
+    calls.ray = EndedCalls({"ready-0": init_failed})
+    calls.pending = {"ready-0": ("restarted", 0, None)}
     with pytest.raises(RoleDied, match="sampler-0 could not start again"):
         list(calls.ended(0.1))
