@@ -1,11 +1,14 @@
 """Whether IMPALA's CartPole preset keeps its score once it has reached it.
 
     python benchmarks/impala_cartpole_stability.py [--seeds 0 1] [--steps 3000000]
+                                                   [--settings NAME ...] [--name NAME]
 
 Runs ``python -m walle_ray algo=impala env=cartpole`` past the score, with no stop at 475,
-for each seed: on ``4a2m2l topology.pack=off`` (one process per role: the policy lag is
-several updates) and on the default ``2a1m1l``, each with the preset's entropy weight
-(``algo.ent_coef=0.001``) and with IMPALA's own (0.01), alternately. Each run
+for each seed and each of ``--settings``, alternately: on ``4a2m2l topology.pack=off`` (one
+process per role: the policy lag is several updates) and on the default ``2a1m1l``; by
+default each with the entropy weight of 0.001 and with IMPALA's own (0.01) and Adam, the
+``*_adam`` and ``*_amsgrad`` settings each with the entropy weight of 0.001 and the optimizer
+named. Each run
 records when it first reached 475 (the run's own milestone), the lowest mean return after
 that, its last return and the lowest policy entropy after 475. A run "ended collapsed"
 when it had reached 475 and its last mean return is under 100. Writes
@@ -20,12 +23,20 @@ import shutil
 
 from common import ROOT, first_reaching, run_cli, write_result
 
+OFF = ["topology=4a2m2l", "topology.pack=off"]
 SETTINGS = {  # name -> overrides after the command's own
-    "4a2m2l_off_ent0.01": ["topology=4a2m2l", "topology.pack=off", "algo.ent_coef=0.01"],
-    "4a2m2l_off_ent0.001": ["topology=4a2m2l", "topology.pack=off", "algo.ent_coef=0.001"],
-    "as_typed_ent0.01": ["algo.ent_coef=0.01"],
-    "as_typed_ent0.001": ["algo.ent_coef=0.001"],
+    # the first benchmark's, made while the preset used Adam ("as typed": the default 2a1m1l)
+    "4a2m2l_off_ent0.01": [*OFF, "algo.ent_coef=0.01", "algo.optimizer=adam"],
+    "4a2m2l_off_ent0.001": [*OFF, "algo.ent_coef=0.001", "algo.optimizer=adam"],
+    "as_typed_ent0.01": ["algo.ent_coef=0.01", "algo.optimizer=adam"],
+    "as_typed_ent0.001": ["algo.ent_coef=0.001", "algo.optimizer=adam"],
+    "4a2m2l_off_adam": [*OFF, "algo.ent_coef=0.001", "algo.optimizer=adam"],
+    "4a2m2l_off_amsgrad": [*OFF, "algo.ent_coef=0.001", "algo.optimizer=amsgrad"],
+    "2a1m1l_adam": ["algo.ent_coef=0.001", "algo.optimizer=adam"],
+    "2a1m1l_amsgrad": ["algo.ent_coef=0.001", "algo.optimizer=amsgrad"],
 }
+DEFAULT_SETTINGS = ["4a2m2l_off_ent0.01", "4a2m2l_off_ent0.001", "as_typed_ent0.01",
+                    "as_typed_ent0.001"]
 TARGET = 475.0
 
 
@@ -67,20 +78,27 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--steps", type=int, default=3_000_000)
+    p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=DEFAULT_SETTINGS)
     p.add_argument("--reuse", action="store_true", help="read the runs already finished")
+    p.add_argument("--name", default="impala_cartpole_stability")
     args = p.parse_args()
-    runs = [one_run(name, overrides, seed, args.steps, args.reuse)
-            for seed in args.seeds for name, overrides in SETTINGS.items()]
+    runs = [one_run(name, SETTINGS[name], seed, args.steps, args.reuse)
+            for seed in args.seeds for name in args.settings]
     summary = {name: {"reached_475": sum(r["minutes_to_475"] is not None for r in rs),
                       "ended_collapsed": sum(r["ended_collapsed"] for r in rs), "runs": len(rs)}
-               for name in SETTINGS for rs in [[r for r in runs if r["setting"] == name]]}
+               for name in args.settings for rs in [[r for r in runs if r["setting"] == name]]}
     for r in runs:
         print(f"{r['setting']} seed {r['seed']}: 475 after {r['minutes_to_475']} min, "
               f"{r['agent_steps_to_475']} agent steps; lowest after {r['lowest_return_after_475']}, "
               f"final {r['final_return']:.1f}, ended collapsed {r['ended_collapsed']}")
-    write_result("impala_cartpole_stability", {
-        "command": "python benchmarks/impala_cartpole_stability.py --seeds {} --steps {}".format(
-            " ".join(map(str, args.seeds)), args.steps),
+    command = "python benchmarks/impala_cartpole_stability.py --seeds {} --steps {}".format(
+        " ".join(map(str, args.seeds)), args.steps)
+    if args.settings != DEFAULT_SETTINGS:
+        command += " --settings " + " ".join(args.settings)
+    if args.name != "impala_cartpole_stability":
+        command += f" --name {args.name}"
+    write_result(args.name, {
+        "command": command,
         "summary": summary, "runs": runs})
 
 

@@ -156,3 +156,26 @@ def test_default_rmsprop_steps_are_set_by_the_gradient_not_epsilon():
                        for p, b in zip(update.model.parameters(), before)])
     ratio = (steps[steps > 0] / update.cfg.lr).median()
     assert ratio > 2.0, f"median step is {ratio:.2f} x lr: epsilon dominates the gradient"
+
+
+
+@pytest.mark.parametrize("name", ["amsgrad", "adam"])
+def test_amsgrad_takes_steps_of_the_usual_size_when_large_gradients_follow_a_quiet_stretch(name):
+    """``algo.optimizer=amsgrad``: after 2000 steps of gradient 1 and 10000 of 0.001 (a run
+    holding its score), 20 steps of gradient 1 again move a weight at most the 20 x lr they
+    moved it before; Adam, whose second moment has decayed to the quiet stretch's, moves it
+    several times that."""
+    from walle_ray.learners.optim import make_optimizer
+
+    weight = torch.nn.Parameter(torch.zeros(1))
+    optimizer = make_optimizer([weight], name, lr=1e-3, eps=1e-8)
+    for i, g in enumerate([1.0] * 2000 + [1e-3] * 10000 + [1.0] * 20):
+        if i == 12000:
+            before = weight.detach().clone()
+        weight.grad = torch.tensor([g])
+        optimizer.step()
+    moved = (weight.detach() - before).abs().item() / 1e-3
+    if name == "amsgrad":
+        assert moved <= 20.0, f"AMSGrad moved the weight {moved:.1f} x lr"
+    else:
+        assert moved > 60.0, f"Adam moved the weight {moved:.1f} x lr"

@@ -9,13 +9,15 @@ ADAM_EPS = 1e-8  # Adam's own default, for the algorithms that take no eps setti
 
 
 def make_optimizer(params, name: str, lr: float, eps: float, alpha: float = 0.99) -> torch.optim.Optimizer:
-    """``adam`` (PyTorch's fused kernel) or ``rmsprop`` (foreach kernels): one call steps
-    all parameters."""
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    """``adam`` (PyTorch's fused kernel), ``amsgrad`` (Adam that divides by the largest
+    second-moment estimate so far, not the latest: after a quiet stretch of small gradients a
+    sudden large one takes a step of the usual size, not one many times it) or ``rmsprop``
+    (foreach kernels): one call steps all parameters."""
+    if name in ("adam", "amsgrad"):
+        return torch.optim.Adam(params, lr=lr, eps=eps, amsgrad=name == "amsgrad", fused=True)
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=alpha, eps=eps, foreach=True)
-    raise ValueError(f"unknown optimizer {name!r}; use adam or rmsprop")
+    raise ValueError(f"unknown optimizer {name!r}; use adam, amsgrad or rmsprop")
 
 
 def scheduled_lr(base: float, schedule: str, env_steps: int, total_env_steps: int) -> float:

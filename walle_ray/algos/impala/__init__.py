@@ -216,7 +216,8 @@ def validate(cfg: DictConfig) -> None:
     checks = [
         (a.fragment_length > 0, "fragment_length", "must be positive"),
         (a.batch_size > 0, "batch_size", "must be positive"),
-        (a.optimizer in ("rmsprop", "adam"), "optimizer", f"got {a.optimizer!r}; use rmsprop or adam"),
+        (a.optimizer in ("rmsprop", "adam", "amsgrad"), "optimizer",
+         f"got {a.optimizer!r}; use rmsprop, adam or amsgrad"),
         (a.lr_schedule in ("constant", "linear"), "lr_schedule", f"got {a.lr_schedule!r}; use constant or linear"),
         (a.lr > 0, "lr", "must be positive"),
         (a.eps > 0, "eps", "must be positive"),

@@ -42,7 +42,7 @@ class IMPALAConfig:
     name: str = "impala"  # shown in run names and metrics
     fragment_length: int = 20  # unroll length T of each fragment
     batch_size: int = 32  # rows (single-env trajectories of T steps) per learner update
-    optimizer: str = "rmsprop"  # rmsprop | adam
+    optimizer: str = "rmsprop"  # rmsprop | adam | amsgrad
     lr: float = 6e-4  # learning rate
     lr_schedule: str = "linear"  # constant | linear (to 0 at run.total_env_steps)
     rmsprop_alpha: float = 0.99  # RMSProp smoothing constant
