@@ -4,15 +4,15 @@
                                                    [--settings NAME ...] [--name NAME]
 
 Runs ``python -m walle_ray algo=impala env=cartpole`` past the score, with no stop at 475,
-for each seed and each of ``--settings``, alternately: on ``4a2m2l topology.pack=off`` (one
-process per role: the policy lag is several updates) and on the default ``2a1m1l``; by
-default each with the entropy weight of 0.001 and with IMPALA's own (0.01) and Adam, the
-``*_adam`` and ``*_amsgrad`` settings each with the entropy weight of 0.001 and the optimizer
-named. Each run
+for each seed and each of ``--settings``, alternately, on ``4a2m2l topology.pack=off`` (one
+process per role: the policy lag is several updates) and on the default ``2a1m1l``. The
+default settings use Adam with an entropy weight of 0.001 and with IMPALA's own 0.01; the
+``*_adam`` and ``*_amsgrad`` settings use an entropy weight of 0.001 and the optimizer
+they name. Each run
 records when it first reached 475 (the run's own milestone), the lowest mean return after
 that, its last return and the lowest policy entropy after 475. A run "ended collapsed"
 when it had reached 475 and its last mean return is under 100. Writes
-benchmarks/results/impala_cartpole_stability.json.
+benchmarks/results/<--name>.json (default impala_cartpole_stability).
 """
 
 from __future__ import annotations

@@ -170,6 +170,23 @@ def test_resuming_with_another_algorithm_is_refused_before_any_role_starts():
     check_resume(cfg, ppo, "runs/x")
 
 
+def test_resuming_with_another_optimizer_is_refused():
+    """A CartPole IMPALA run checkpointed while its preset used Adam, resumed now that it
+    uses AMSGrad: torch would keep the checkpoint's Adam while the config says AMSGrad."""
+    from walle_ray.runtime.checkpoint import CheckpointError
+    from walle_ray.runtime.start import check_resume
+
+    cfg = make_cfg("algo=impala", "env=cartpole")
+    assert cfg.algo.optimizer == "amsgrad"
+    adam = {"config": {"algo": {"name": "impala", "optimizer": "adam"},
+                       "env": {"id": "CartPole-v1", "entry_point": None, "action_mask": "auto"}}}
+    with pytest.raises(CheckpointError, match=r"^checkpoint in runs/x was trained with "
+                                              r"algo\.optimizer=adam, not amsgrad; resume it with "
+                                              r"algo\.optimizer=adam$"):
+        check_resume(cfg, adam, "runs/x")
+    check_resume(make_cfg("algo=impala", "env=cartpole", "algo.optimizer=adam"), adam, "runs/x")
+
+
 def tree(folder):
     """Every file under ``folder`` (``.hydra/`` too) and its bytes."""
     return {p.relative_to(folder).as_posix(): p.read_bytes()

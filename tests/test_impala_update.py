@@ -158,7 +158,6 @@ def test_default_rmsprop_steps_are_set_by_the_gradient_not_epsilon():
     assert ratio > 2.0, f"median step is {ratio:.2f} x lr: epsilon dominates the gradient"
 
 
-
 @pytest.mark.parametrize("name", ["amsgrad", "adam"])
 def test_amsgrad_takes_steps_of_the_usual_size_when_large_gradients_follow_a_quiet_stretch(name):
     """``algo.optimizer=amsgrad``: after 2000 steps of gradient 1 and 10000 of 0.001 (a run

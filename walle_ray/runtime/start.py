@@ -105,14 +105,21 @@ def resumed_split(ckpt: dict, path: str) -> tuple[str, int]:
 
 
 def check_resume(cfg: DictConfig, ckpt: dict, path: str) -> None:
-    """A resumed run goes on with the algorithm, env and action masks it was trained with:
-    another algorithm's update would take this one's optimizer state and counters as its
-    own. Said before any role starts."""
+    """A resumed run goes on with the algorithm, optimizer, env and action masks it was
+    trained with: another algorithm's update would take this one's optimizer state and
+    counters as its own. Said before any role starts."""
     trained = (ckpt["config"].get("algo") or {}).get("name")
     if trained is not None and trained != cfg.algo.name:
         raise CheckpointError(f"checkpoint in {path} was trained with algo={trained}, not "
                               f"{cfg.algo.name}; resume it with algo={trained}, or start a new "
                               "run")
+    optimizer = (ckpt["config"].get("algo") or {}).get("optimizer")
+    if optimizer is not None and optimizer != cfg.algo.get("optimizer"):
+        # torch's load_state_dict keeps the checkpoint's optimizer settings, and another
+        # optimizer's state would not fit: the run would train with neither as configured
+        raise CheckpointError(f"checkpoint in {path} was trained with algo.optimizer={optimizer}, "
+                              f"not {cfg.algo.get('optimizer')}; resume it with "
+                              f"algo.optimizer={optimizer}")
     old = ckpt["config"].get("env", {})
     for key in ("id", "entry_point"):
         if old.get(key) != cfg.env[key]:
