@@ -30,11 +30,12 @@ SETTINGS = {  # name -> overrides after the command's own
     "4a2m2l_off_ent0.001": [*OFF, "algo.ent_coef=0.001", "algo.optimizer=adam"],
     "as_typed_ent0.01": ["algo.ent_coef=0.01", "algo.optimizer=adam"],
     "as_typed_ent0.001": ["algo.ent_coef=0.001", "algo.optimizer=adam"],
-    "4a2m2l_off_adam": [*OFF, "algo.ent_coef=0.001", "algo.optimizer=adam"],
     "4a2m2l_off_amsgrad": [*OFF, "algo.ent_coef=0.001", "algo.optimizer=amsgrad"],
-    "2a1m1l_adam": ["algo.ent_coef=0.001", "algo.optimizer=adam"],
     "2a1m1l_amsgrad": ["algo.ent_coef=0.001", "algo.optimizer=amsgrad"],
 }
+# Adam at 0.001, under the names the AMSGrad comparison gives them (its run directories)
+SETTINGS["4a2m2l_off_adam"] = SETTINGS["4a2m2l_off_ent0.001"]
+SETTINGS["2a1m1l_adam"] = SETTINGS["as_typed_ent0.001"]
 DEFAULT_SETTINGS = ["4a2m2l_off_ent0.01", "4a2m2l_off_ent0.001", "as_typed_ent0.01",
                     "as_typed_ent0.001"]
 TARGET = 475.0
