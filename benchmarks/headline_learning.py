@@ -1,10 +1,10 @@
 """The headline as typed: ``python -m walle_ray algo=impala env=pong topology=T``, to 17.
 
     python benchmarks/headline_learning.py [--seeds 0 1 2] [--others 2a1m1l 8a1m1l 16a2m2l]
-                                           [--other-seed N] [--minutes 25] [--reuse]
+                                           [--other-seed N [N ...]] [--minutes 25] [--reuse]
 
 Runs ``32a4m4l`` with each seed of ``--seeds`` and each of ``--others`` with the first seed
-(or ``--other-seed``; ``--seeds`` with no seed runs only the others),
+(or each seed of ``--other-seed``; ``--seeds`` with no seed runs only the others),
 nothing on the line but the topology and the seed besides ``run.stop_at_return=17`` and a
 wall budget, which stop the run and change nothing it learns. The minutes, agent steps and
 core-hours to 17 are the run's own (``run.milestones``: minutes since the command started).
@@ -30,16 +30,17 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2],
                    help="seeds of 32a4m4l (none: only --others, with --other-seed)")
-    p.add_argument("--other-seed", type=int, default=None,
-                   help="the other topologies' seed (default: the first of --seeds, or 0)")
+    p.add_argument("--other-seed", type=int, nargs="+", default=None,
+                   help="the other topologies' seeds (default: the first of --seeds, or 0)")
     p.add_argument("--others", nargs="*", default=["2a1m1l", "8a1m1l", "16a2m2l"])
     p.add_argument("--minutes", type=float, default=25.0, help="wall budget of each run")
     p.add_argument("--reuse", action="store_true", help="read runs already made")
     p.add_argument("--name", default="headline_learning")
     args = p.parse_args()
-    other_seed = (args.other_seed if args.other_seed is not None
-                  else args.seeds[0] if args.seeds else 0)
-    plan = [("32a4m4l", seed) for seed in args.seeds] + [(t, other_seed) for t in args.others]
+    other_seeds = (args.other_seed if args.other_seed is not None
+                   else args.seeds[:1] if args.seeds else [0])
+    plan = ([("32a4m4l", seed) for seed in args.seeds]
+            + [(t, seed) for t in args.others for seed in other_seeds])
     runs: dict[str, list[dict]] = {}
     for topology, seed in plan:
         run_dir = ROOT / "runs" / f"bench_headline_{topology}_s{seed}"
@@ -59,7 +60,8 @@ def main() -> None:
     write_result(args.name, {
         "command": "python benchmarks/headline_learning.py --seeds "
                    + " ".join(map(str, args.seeds)) + " --others " + " ".join(args.others)
-                   + ("" if args.other_seed is None else f" --other-seed {args.other_seed}")
+                   + ("" if args.other_seed is None
+                      else " --other-seed " + " ".join(map(str, args.other_seed)))
                    + f" --minutes {args.minutes:g}" + (" --reuse" if args.reuse else "")
                    + (f" --name {args.name}" if args.name != "headline_learning" else ""),
         "target": {"return": TARGET, "minutes_32a4m4l_median": MINUTES,
