@@ -2,6 +2,7 @@
 
     python benchmarks/impala_pong_throughput.py [--topologies 2a1m1l 32a4m4l] [--seconds 120]
                                                 [--isa avx2] [--name N]
+    python benchmarks/impala_pong_throughput.py --vs OVERRIDE [OVERRIDE ...] [--rounds 3]
 
 1. The command as typed, ``python -m walle_ray algo=impala env=pong topology=T``, for
    ``--seconds`` each: the agent steps/s the samplers delivered and the learner consumed
@@ -14,6 +15,9 @@
    writer), the policy's forward pass per observation, and one learner update.
 3. From 2, the rate two cores could reach if nothing but those parts ran (each agent step
    costs a sampler step and the learner's share of an update), beside the rate measured.
+
+``--vs`` measures only step 1, the command as typed against the same with the overrides
+given, alternating (the order swapped every round), and records each round's ratio.
 
 ``--isa avx2`` caps torch and oneDNN at AVX2 for every process, as on a CPU without AVX-512
 (``model.bf16=auto`` then stays float32), and names the result ``..._avx2``. The CPU is
@@ -70,15 +74,16 @@ def cpu_by_kind(seconds: float) -> dict[str, float]:
     return {k: round(v, 3) for k, v in sorted(used.items())}
 
 
-def as_typed(topology: str, seconds: float, env: dict) -> dict:
-    """One run of the headline command; its steady rates and the CPU of each process kind."""
+def as_typed(topology: str, seconds: float, env: dict, overrides: tuple = ()) -> dict:
+    """One run of the headline command (with ``overrides`` after it); its steady rates and
+    the CPU of each process kind."""
     from walle_ray.logging.metrics import read_metrics
 
     run_dir = ROOT / "runs" / f"bench_pong_throughput_{topology}"
     shutil.rmtree(run_dir, ignore_errors=True)  # a run directory is never reused
     cmd = [sys.executable, "-m", "walle_ray", "algo=impala", "env=pong", f"topology={topology}",
-           f"run.max_wall_s={seconds}", "run.report_every_s=5", f"hydra.run.dir={run_dir}",
-           "logger.progress=off"]
+           *overrides, f"run.max_wall_s={seconds}", "run.report_every_s=5",
+           f"hydra.run.dir={run_dir}", "logger.progress=off"]
     print("$", " ".join(cmd[1:]), flush=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
     shares: dict = {}
@@ -92,7 +97,8 @@ def as_typed(topology: str, seconds: float, env: dict) -> dict:
     base = next(r for r in reversed(records) if r["wall_s"] < 45)
     span = steady[-1]["wall_s"] - base["wall_s"]
     rate = lambda key: (steady[-1][key] - base[key]) / span  # noqa: E731
-    return {"topology": topology, "agent_steps_per_s": rate("env_steps"),
+    return {"topology": topology, "overrides": list(overrides),
+            "agent_steps_per_s": rate("env_steps"),
             "learner_steps_per_s": rate("env_steps_consumed"),  # fresh and replayed
             "updates_per_s": rate("updates"),
             "policy_lag_mean": statistics.mean(r["policy_lag_mean"] or 0 for r in steady),
@@ -193,12 +199,18 @@ def main() -> None:
     p.add_argument("--part-seconds", type=float, default=5.0)
     p.add_argument("--isa", choices=("native", "avx2"), default="native")
     p.add_argument("--name", default=None)
+    p.add_argument("--vs", nargs="+", default=None, metavar="OVERRIDE",
+                   help="measure the command as typed against it with these overrides")
+    p.add_argument("--rounds", type=int, default=3, help="with --vs: rounds of each")
     args = p.parse_args()
     env = dict(os.environ)
     if args.isa == "avx2":
         env.update(AVX2)
         os.environ.update(AVX2)  # this process's parts too (set before torch is imported)
-    name = args.name or "impala_pong_throughput" + ("_avx2" if args.isa == "avx2" else "")
+    name = args.name or ("impala_pong_throughput" + ("_vs" if args.vs else "")
+                         + ("_avx2" if args.isa == "avx2" else ""))
+    if args.vs:
+        return versus(args, env, name)
     parts = parts_alone(args.part_seconds)
     print(json.dumps(parts), flush=True)
     runs = [as_typed(t, args.seconds, env) for t in args.topologies]
@@ -222,6 +234,26 @@ def main() -> None:
         "parts_alone_one_core": parts, "as_typed": runs,
         "two_cores_of_the_parts_alone": bound,
         "best_agent_steps_per_s": best, "met_goal": best >= GOAL,
+    })
+
+
+def versus(args, env: dict, name: str) -> None:
+    """The command as typed against it with ``args.vs``, alternating, ``args.rounds`` rounds."""
+    rounds = []
+    for i in range(args.rounds):
+        for t in args.topologies:
+            order = [(), tuple(args.vs)] if i % 2 == 0 else [tuple(args.vs), ()]
+            runs = {o: as_typed(t, args.seconds, env, o) for o in order}
+            base, other = runs[()], runs[tuple(args.vs)]
+            rounds.append({"round": i, "topology": t, "as_typed": base, "with": other,
+                           "ratio": other["agent_steps_per_s"] / base["agent_steps_per_s"]})
+            print(t, i, base["agent_steps_per_s"], other["agent_steps_per_s"], flush=True)
+    write_result(name, {
+        "command": "python benchmarks/impala_pong_throughput.py " + " ".join(sys.argv[1:]),
+        "isa": args.isa, "goal": {"agent_steps_per_s": GOAL}, "vs": args.vs,
+        "rounds": rounds,
+        "median_ratio": {t: statistics.median(r["ratio"] for r in rounds if r["topology"] == t)
+                         for t in args.topologies},
     })
 
 
