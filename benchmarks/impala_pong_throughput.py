@@ -239,12 +239,11 @@ def main() -> None:
 
 def versus(args, env: dict, name: str) -> None:
     """The command as typed against it with ``args.vs``, alternating, ``args.rounds`` rounds."""
-    rounds = []
+    vs, rounds = tuple(args.vs), []
     for i in range(args.rounds):
         for t in args.topologies:
-            order = [(), tuple(args.vs)] if i % 2 == 0 else [tuple(args.vs), ()]
-            runs = {o: as_typed(t, args.seconds, env, o) for o in order}
-            base, other = runs[()], runs[tuple(args.vs)]
+            runs = {o: as_typed(t, args.seconds, env, o) for o in ([(), vs], [vs, ()])[i % 2]}
+            base, other = runs[()], runs[vs]
             rounds.append({"round": i, "topology": t, "as_typed": base, "with": other,
                            "ratio": other["agent_steps_per_s"] / base["agent_steps_per_s"]})
             print(t, i, base["agent_steps_per_s"], other["agent_steps_per_s"], flush=True)
