@@ -264,11 +264,12 @@ def test_a_packed_topology_runs_its_logical_roles_in_fewer_processes(tmp_path, a
                   "logger.progress=line", f"hydra.run.dir={tmp_path}", *extra, timeout=240).stdout
     if algo == "impala":
         assert ("6 samplers in 2 processes (3 each), 2 memories in 1 process (2 each), "
-                "2 learners in 1 process (2 each) (topology.pack=auto)") in out
+                "2 learners in 1 process (2 each), the parameter server in learner process 0 "
+                "(topology.pack=auto)") in out
         assert "the 3 samplers of a sampler process step 4 envs together: 8 envs in all" in out
     else:
-        assert ("4 samplers in 2 processes (2 each), 2 learners in 1 process (2 each) "
-                "(topology.pack=auto)") in out
+        assert ("4 samplers in 2 processes (2 each), 2 learners in 1 process (2 each), "
+                "the parameter server in learner process 0 (topology.pack=auto)") in out
         assert "step together" not in out
     assert "stopped (budget)" in out
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -193,7 +193,7 @@ def test_a_memory_process_must_fit_on_one_node():
 def test_hundreds_of_processes_on_two_cpus_are_refused_naming_topology_pack():
     with pytest.raises(ConfigError, match=r"^topology=512a64m64l1p: 641 role processes on 2 CPUs "
                        r"leave each sampler process 0\.0006 CPU, less than the 0\.01 of a process "
-                       r"that mostly waits; use topology\.pack=auto \(5 role processes on 2 "
+                       r"that mostly waits; use topology\.pack=auto \(4 role processes on 2 "
                        r"CPUs\)$"):
         plan_of("algo=impala", "topology.spec=512a64m64l", "topology.pack=off",
                 "algo.batch_size=512")
@@ -214,7 +214,7 @@ def test_es_noise_table_is_counted_twice_and_named_when_it_does_not_fit():
 
 def test_es_packs_its_samplers_and_starts_no_memory_process():
     _, _, packed, _ = plan_of("algo=es", "env=cartpole", "topology.spec=64a4m1l")
-    assert (packed.samplers, packed.memories, packed.learners, packed.param_servers) == (2, 0, 1, 1)
+    assert (packed.samplers, packed.memories, packed.learners, packed.param_servers) == (2, 0, 1, 0)
     _, _, off, _ = plan_of("algo=es", "env=cartpole", "topology.spec=64a4m1l", "topology.pack=off")
     assert off.total == 66
 

@@ -87,9 +87,17 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
     two = plan_packing(t, 2)
     assert two.samplers == (tuple(range(0, 32, 2)), tuple(range(1, 32, 2)))
     assert two.memories == ((0, 1, 2, 3),) and two.learners == ((0, 1, 2, 3),)
-    assert two.packed and two.processes(t) == parse_topology("2a1m1l")
+    # packed, learner process 0 keeps the parameter server's weights: one process fewer
+    assert two.packed and two.ps_in_learner and two.processes(t) == parse_topology("2a1m1l0p")
     assert two.describe(t) == ("32 samplers in 2 processes (16 each), 4 memories in 1 process "
-                               "(4 each), 4 learners in 1 process (4 each)")
+                               "(4 each), 4 learners in 1 process (4 each), the parameter "
+                               "server in learner process 0")
+    # not where it runs unpacked, for GPU learners, where the user places it, or with none
+    assert not plan_packing(t, 64).ps_in_learner and not plan_packing(t, 2, "off").ps_in_learner
+    assert not plan_packing(t, 2, learner_gpus=1).ps_in_learner
+    assert not plan_packing(t, 2, packs_ps=False).ps_in_learner
+    none = parse_topology("32a4m4l0p")
+    assert plan_packing(none, 2).processes(none).param_servers == 0
     eight = plan_packing(t, 8)
     assert len(eight.samplers) == 8 and eight.learners == ((0, 2), (1, 3))  # equal shards each
     assert eight.memories == ((0,), (1,), (2,), (3,))  # a memory process per 2 sampler processes
@@ -100,8 +108,9 @@ def test_logical_roles_pack_into_the_processes_the_cluster_has_cpus_for():
     assert plan_packing(t, 2, learner_gpus=1).learners == ((0,), (1,), (2,), (3,))
     assert plan_packing(t, 2, packs_learners=False).learners == ((0,), (1,), (2,), (3,))
     assert plan_packing(parse_topology("2a1m1l"), 2).describe(parse_topology("2a1m1l")) == (
-        "2 samplers in 2 processes, 1 memory in 1 process, 1 learner in 1 process")
-    assert plan_packing(parse_topology("2a1m1l"), 2).describe(parse_topology("2a1m1l"),
+        "2 samplers in 2 processes, 1 memory in 1 process, 1 learner in 1 process, "
+        "the parameter server in learner process 0")
+    assert plan_packing(parse_topology("2a1m1l"), 3).describe(parse_topology("2a1m1l"),
                                                               memories=False) == (
         "2 samplers in 2 processes, 1 learner in 1 process")
     assert plan_packing(parse_topology("0a1m1l"), 2).samplers == ()

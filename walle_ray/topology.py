@@ -261,6 +261,7 @@ class Packing:
     samplers: tuple[tuple[int, ...], ...]
     memories: tuple[tuple[int, ...], ...]
     learners: tuple[tuple[int, ...], ...]
+    ps_in_learner: bool = False  # the parameter server's weights kept by learner process 0
 
     @property
     def packed(self) -> bool:
@@ -269,7 +270,8 @@ class Packing:
     def processes(self, topo: Topology) -> Topology:
         """The process counts, as a topology (what the resource plan shares CPUs among)."""
         return Topology(samplers=len(self.samplers), memories=len(self.memories),
-                        learners=len(self.learners), param_servers=topo.param_servers)
+                        learners=len(self.learners),
+                        param_servers=0 if self.ps_in_learner else topo.param_servers)
 
     def describe(self, topo: Topology, memories: bool = True) -> str:
         """'32 samplers in 2 processes (16 each), 4 memories in 1, 4 learners in 1'; without
@@ -284,6 +286,8 @@ class Packing:
             each = f" ({'-'.join(map(str, sizes))} each)" if sizes and sizes != [1] else ""
             procs = f"{len(groups)} process{'es' if len(groups) != 1 else ''}"
             parts.append(f"{count} {one if count == 1 else many} in {procs}{each}")
+        if self.ps_in_learner and topo.param_servers:
+            parts.append("the parameter server in learner process 0")
         return ", ".join(parts)
 
 
@@ -339,7 +343,8 @@ def _divisor_at_most(n: int, limit: int) -> int:
 
 
 def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
-                 learner_gpus: float = 0.0, packs_learners: bool = True) -> Packing:
+                 learner_gpus: float = 0.0, packs_learners: bool = True,
+                 packs_ps: bool = True) -> Packing:
     """How the logical roles of ``topo`` map onto processes (``topology.pack``).
 
     ``off``: one process per role. ``auto``: the same when the cluster has a CPU for each
@@ -349,11 +354,15 @@ def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
     memories into at most N, learners as ``auto``. Learner shards are packed only in equal
     numbers per process (so the mean of the processes' gradients is the mean over every
     shard), and only for algorithms whose update takes several batches at once
-    (``packs_learners``).
+    (``packs_learners``). Packed, CPU learners also keep the parameter server's weights in
+    learner process 0, as ``0p`` does: one process fewer beside them (docs/performance.md,
+    "The parameter server in the learner's process"); not where ``packs_ps`` is false
+    (``topology.resources`` places the parameter server).
     """
     cpus = max(1, int(cluster_cpus))
     if pack == "off" or (pack == "auto" and cluster_cpus >= topo.samplers + topo.learners):
         sampler_procs, memory_procs, learner_procs = topo.samplers, topo.memories, topo.learners
+        packs_ps = False
     else:
         sampler_procs = cpus if pack == "auto" else int(pack)
         # A memory process serves two sampler processes: every process a sampler or learner
@@ -365,4 +374,6 @@ def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
             learner_procs = _divisor_at_most(topo.learners, max(1, cpus // 4))
     return Packing(samplers=_groups(topo.samplers, sampler_procs),
                    memories=_groups(topo.memories, memory_procs),
-                   learners=_groups(topo.learners, learner_procs))
+                   learners=_groups(topo.learners, learner_procs),
+                   ps_in_learner=(packs_ps and learner_gpus <= 0 and topo.param_servers > 0
+                                  and topo.learners > 0))

@@ -24,7 +24,8 @@ def plan_processes(cfg: DictConfig, algo: Algorithm, topo: Topology, cpus: float
     learners take the fragments, so it starts no memory process."""
     pack = str(cfg.topology.pack if pack is None else pack)
     packing = plan_packing(topo, cpus, int(pack) if pack.isdigit() else pack,
-                           cfg.learner.num_gpus, algo.packed_learner is not None)
+                           cfg.learner.num_gpus, algo.packed_learner is not None,
+                           packs_ps=not (cfg.topology.resources or {}).get("ps"))
     processes = packing.processes(topo)
     if algo.loop == "sync":
         processes = replace(processes, memories=0)

@@ -77,7 +77,7 @@ class RayFleet:
                                       timeout_s)
         self.ps = (remote.RemoteParameterServer.options(
             name="walle/ps", num_cpus=plan.ps_cpus, resources=role_resources(cfg, "ps")).remote()
-                   if topo.param_servers else None)
+                   if self.packing.processes(topo).param_servers else None)
         self.memories, self.memory_names = [], []  # per memory process
         self.memory_refs: dict = {}  # per logical memory: its remote.MemoryRef
         # An asynchronous algorithm's memories wait for room and for batches (the
