@@ -72,7 +72,8 @@ def main() -> None:
                    + ("" if args.other_seed is None
                       else " --other-seed " + " ".join(map(str, args.other_seed)))
                    + f" --minutes {args.minutes:g}" + (" --reuse" if args.reuse else "")
-                   + (f" --name {args.name}" if args.name != "headline_learning" else ""),
+                   + (f" --name {args.name}" if args.name != "headline_learning" else "")
+                   + (' --note "<notes>"' if args.note else ""),
         "target": {"return": TARGET, "minutes_32a4m4l_median": MINUTES,
                    "others_within_of_fastest": 1.25},
         "median_minutes_32a4m4l": median,
