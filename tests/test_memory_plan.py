@@ -212,6 +212,15 @@ def test_es_noise_table_is_counted_twice_and_named_when_it_does_not_fit():
         check_memory(plan, AVAILABLE, "this machine", "2a1m1l1p", "-")
 
 
+def test_a_parameter_server_the_user_places_keeps_its_process():
+    """Planned for fewer CPUs than samplers and learners, learner 0 keeps the weights, unless
+    ``topology.resources.ps`` places the parameter server."""
+    assert plan_of("algo=impala", "topology=2a1m1l")[2].param_servers == 0
+    assert plan_of("algo=impala", "topology=2a1m1l", "topology.pack=off")[2].param_servers == 1
+    placed = plan_of("algo=impala", "topology=2a1m1l", "+topology.resources={ps: {walle_ps: 1}}")
+    assert placed[2].param_servers == 1 and placed[2].total == 5
+
+
 def test_es_packs_its_samplers_and_starts_no_memory_process():
     _, _, packed, _ = plan_of("algo=es", "env=cartpole", "topology.spec=64a4m1l")
     assert (packed.samplers, packed.memories, packed.learners, packed.param_servers) == (2, 0, 1, 0)
