@@ -354,10 +354,10 @@ def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
     memories into at most N, learners as ``auto``. Learner shards are packed only in equal
     numbers per process (so the mean of the processes' gradients is the mean over every
     shard), and only for algorithms whose update takes several batches at once
-    (``packs_learners``). Packed, CPU learners also keep the parameter server's weights in
-    learner process 0, as ``0p`` does: one process fewer beside them (docs/performance.md,
-    "The parameter server in the learner's process"); not where ``packs_ps`` is false
-    (``topology.resources`` places the parameter server).
+    (``packs_learners``). Planned so (``auto`` on too few CPUs, or N), CPU learners also keep
+    the parameter server's weights in learner process 0, as ``0p`` does: one process fewer
+    on the same CPUs (docs/performance.md, "The parameter server in the learner's process");
+    not where ``packs_ps`` is false (``topology.resources`` places the parameter server).
     """
     cpus = max(1, int(cluster_cpus))
     if pack == "off" or (pack == "auto" and cluster_cpus >= topo.samplers + topo.learners):
