@@ -42,12 +42,14 @@ def test_priorities_round_trip_through_a_ray_memory_actor(ray_session):
 
 
 def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
+    # Long enough that the learner's feedback reaches both shards before the last record,
+    # also where learner 0 serves the weights on 2 CPUs and its first updates come later.
     out = run_cli("algo=apex", "env=cartpole", "topology=2a2m1l", "algo.learning_starts=200",
-                  "algo.capacity=2000", "algo.batch_size=32", "run.total_env_steps=4000",
+                  "algo.capacity=2000", "algo.batch_size=32", "run.total_env_steps=6000",
                   "memory.checkpoint=true", "logger.progress=line",
                   f"hydra.run.dir={tmp_path}").stdout
     last = records(tmp_path)[-1]
-    assert "stopped (budget)" in out and last["env_steps"] >= 4000
+    assert "stopped (budget)" in out and last["env_steps"] >= 6000
     assert last["updates"] > 0 and last["dropped_fragments"] == 0
     for k in (0, 1):
         assert last[f"memory/{k}/size"] > 0 and last[f"memory/{k}/mean_priority"] > 0
@@ -58,10 +60,10 @@ def test_apex_smoke_run_through_ray_with_two_shards(tmp_path):
     assert "eval CartPole-v1: 2 episodes" in ev
     # The shards were snapshotted with the checkpoint; a resumed run starts with them full.
     held = sum(last[f"memory/{k}/size"] for k in (0, 1))  # samplers may add a little after it
-    out = run_cli(f"run.resume={tmp_path}", "run.total_env_steps=5000").stdout
+    out = run_cli(f"run.resume={tmp_path}", "run.total_env_steps=7000").stdout
     restored = re.search(r"replay restored: (\d+) transitions in 2 memories", out)
-    assert restored and held <= int(restored.group(1)) <= 4000, out
-    assert records(tmp_path)[-1]["env_steps"] >= 5000
+    assert restored and held <= int(restored.group(1)) <= 4000, out  # 2 shards of 2000
+    assert records(tmp_path)[-1]["env_steps"] >= 7000
 
 
 def test_apex_on_pong_keeps_frames_once_through_a_checkpoint(tmp_path):
