@@ -286,7 +286,7 @@ class Packing:
             each = f" ({'-'.join(map(str, sizes))} each)" if sizes and sizes != [1] else ""
             procs = f"{len(groups)} process{'es' if len(groups) != 1 else ''}"
             parts.append(f"{count} {one if count == 1 else many} in {procs}{each}")
-        if self.ps_in_learner and topo.param_servers:
+        if self.ps_in_learner:
             parts.append("the parameter server in learner process 0")
         return ", ".join(parts)
 
@@ -360,9 +360,9 @@ def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
     not where ``packs_ps`` is false (``topology.resources`` places the parameter server).
     """
     cpus = max(1, int(cluster_cpus))
-    if pack == "off" or (pack == "auto" and cluster_cpus >= topo.samplers + topo.learners):
+    one_each = pack == "off" or (pack == "auto" and cluster_cpus >= topo.samplers + topo.learners)
+    if one_each:
         sampler_procs, memory_procs, learner_procs = topo.samplers, topo.memories, topo.learners
-        packs_ps = False
     else:
         sampler_procs = cpus if pack == "auto" else int(pack)
         # A memory process serves two sampler processes: every process a sampler or learner
@@ -375,5 +375,5 @@ def plan_packing(topo: Topology, cluster_cpus: float, pack: str | int = "auto",
     return Packing(samplers=_groups(topo.samplers, sampler_procs),
                    memories=_groups(topo.memories, memory_procs),
                    learners=_groups(topo.learners, learner_procs),
-                   ps_in_learner=(packs_ps and learner_gpus <= 0 and topo.param_servers > 0
-                                  and topo.learners > 0))
+                   ps_in_learner=(not one_each and packs_ps and learner_gpus <= 0
+                                  and topo.param_servers > 0 and topo.learners > 0))
